@@ -1,0 +1,1 @@
+"""Event Replicator for Adabas -> Kafka -> Spark -> Delta pipeline."""
