@@ -1,0 +1,315 @@
+"""Typed, validated configuration: the one place every setting of the product is read from.
+
+A YAML file (``conf/local.yaml`` is the embedded default) is loaded, environment overrides are
+applied on top (for secrets and hosts that must not live in a file), and the result is validated
+into frozen pydantic models. An invalid file fails at start with ONE line that names the key and
+the problem (``ConfigError``), never with a stack trace from deep inside Spark.
+
+Environment overrides: ``URBPIPE__<SECTION>__<KEY>[__<KEY>…]=value`` sets the nested key, e.g.
+``URBPIPE__KAFKA__BOOTSTRAP_SERVERS=broker1:9093`` or ``URBPIPE__KAFKA__SASL_PASSWORD=…``. Values
+are parsed as YAML scalars, so ``true``, ``42`` and ``[a, b]`` work. ``URBPIPE_CONF`` names the
+file when no path is given.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+ENV_PREFIX = "URBPIPE__"
+DEFAULT_CONF = Path(__file__).resolve().parent.parent / "conf" / "local.yaml"
+_DNAM = re.compile(r"^[A-Za-z0-9@#$_.-]{1,8}$")
+_INTERVAL = re.compile(r"^\d+(\.\d+)?\s*(ms|milliseconds?|s|seconds?|minutes?|min)$")
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message is one line naming the key and the problem."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LocalBroker(_Model):
+    """The single-node KRaft broker the project starts itself (demo, tests, benchmarks)."""
+
+    port: int = Field(9092, ge=1024, le=65535)
+    controller_port: int = Field(9093, ge=1024, le=65535)
+    data_dir: str = ".kafka"
+    heap: str = "512m"
+    max_message_bytes: int = Field(2_097_152, ge=1_048_576)
+    partitions: int = Field(2, ge=1, le=64)
+
+
+class Kafka(_Model):
+    """Connection to the Kafka cluster that carries replicator output and requests."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    ssl_ca_location: str | None = None
+    client_options: dict[str, str] = Field(default_factory=dict)
+    local_broker: LocalBroker = LocalBroker()
+
+    @model_validator(mode="after")
+    def _sasl_complete(self) -> Kafka:
+        if self.security_protocol.startswith("SASL") and not self.sasl_mechanism:
+            raise ValueError("sasl_mechanism is required when security_protocol is SASL_*")
+        return self
+
+    def confluent(self) -> dict[str, str]:
+        """Options for confluent-kafka (librdkafka names)."""
+        opts = {"bootstrap.servers": self.bootstrap_servers,
+                "security.protocol": self.security_protocol}
+        optional = {"sasl.mechanism": self.sasl_mechanism, "sasl.username": self.sasl_username,
+                    "sasl.password": self.sasl_password, "ssl.ca.location": self.ssl_ca_location}
+        opts.update({k: v for k, v in optional.items() if v})
+        opts.update(self.client_options)
+        return opts
+
+    def spark(self) -> dict[str, str]:
+        """Options for Spark's Kafka source and sink (``kafka.``-prefixed Java client names)."""
+        opts = {"kafka.bootstrap.servers": self.bootstrap_servers,
+                "kafka.security.protocol": self.security_protocol}
+        if self.sasl_mechanism:
+            opts["kafka.sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username and self.sasl_password:
+            module = "org.apache.kafka.common.security.plain.PlainLoginModule"
+            if self.sasl_mechanism and self.sasl_mechanism.startswith("SCRAM"):
+                module = "org.apache.kafka.common.security.scram.ScramLoginModule"
+            opts["kafka.sasl.jaas.config"] = (
+                f'{module} required username="{self.sasl_username}" '
+                f'password="{self.sasl_password}";')
+        if self.ssl_ca_location:
+            opts["kafka.ssl.truststore.location"] = self.ssl_ca_location
+        return opts
+
+
+class Topics(_Model):
+    """Topic names, and which replicator destination each output topic carries.
+
+    The URBT does not carry the destination name, so the job learns it from this mapping.
+    """
+
+    outputs: dict[str, str] = Field(default_factory=lambda: {"urb.out1": "OUT1"})
+    output_pattern: str | None = None
+    pattern_destination: str | None = None
+    requests: str = "urb.requests"
+    replies: str = "urb.replies"
+    alerts: str = "urb.alerts"
+
+    @field_validator("outputs")
+    @classmethod
+    def _destinations_are_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for topic, dnam in value.items():
+            if not _DNAM.match(dnam):
+                raise ValueError(f"destination {dnam!r} of topic {topic!r} is not a 1-8 "
+                                 "character replicator name")
+        return value
+
+    @model_validator(mode="after")
+    def _source_defined(self) -> Topics:
+        if not self.outputs and not self.output_pattern:
+            raise ValueError("give outputs (topic: destination) or output_pattern")
+        if self.output_pattern and not self.pattern_destination:
+            raise ValueError("output_pattern needs pattern_destination")
+        return self
+
+    def all_created(self) -> list[str]:
+        """Topics the local broker creates: outputs, replies, requests and alerts."""
+        names = [*self.outputs, self.replies, self.requests, self.alerts]
+        return list(dict.fromkeys(names))
+
+
+class Replicator(_Model):
+    """How the job addresses the Event Replicator Server through its input queue."""
+
+    reply_destination: str = "REPLY"
+    request_token: str = "URBPIPE"
+    ebcdic: bool = True
+    big_endian: bool = True
+    codepage: Literal["cp037", "cp500", "cp273", "cp1140", "cp1047"] = "cp037"
+
+    @field_validator("reply_destination")
+    @classmethod
+    def _dnam(cls, value: str) -> str:
+        if not _DNAM.match(value):
+            raise ValueError("must be a 1-8 character replicator destination name")
+        return value
+
+    @field_validator("request_token")
+    @classmethod
+    def _token(cls, value: str) -> str:
+        if not 1 <= len(value) <= 8:
+            raise ValueError("must be 1-8 characters (URBIRTOK is 8 bytes)")
+        return value
+
+
+class Subscription(_Model):
+    """A replicator subscription the job expects, and what the simulator generates for it."""
+
+    name: str
+    destinations: list[str] = Field(default_factory=lambda: ["OUT1"])
+    dbid: int = Field(10006, ge=1, le=65535)
+    files: list[int] = Field(default_factory=lambda: [4])
+    ebcdic: bool = True
+    images: Literal["after", "before", "both"] = "both"
+    resend_buffer: bool = True
+    initial_state: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _snam(cls, value: str) -> str:
+        if not _DNAM.match(value):
+            raise ValueError("must be a 1-8 character subscription name")
+        return value
+
+
+class Gaps(_Model):
+    """Gap handling: prior-transaction requests, retries and the landing policy."""
+
+    landing_policy: Literal["immediate", "hold"] = "immediate"
+    max_requests_per_gap: int = Field(100, ge=1, le=100_000)
+    retry_initial_ms: int = Field(10_000, ge=100)
+    retry_multiplier: float = Field(2.0, ge=1.0, le=10.0)
+    max_retries: int = Field(3, ge=0, le=100)
+    hold_timeout_ms: int = Field(300_000, ge=1_000)
+    duplicate_window: int = Field(1024, ge=16, le=1_000_000)
+    max_buffered_bytes: int = Field(64 * 1024 * 1024, ge=65_536)
+
+
+class Stream(_Model):
+    """The streaming job: Kafka source options, trigger, lake and checkpoint locations."""
+
+    lake_dir: str = ".lake"
+    catalog_schema: str | None = None
+    checkpoint_dir: str = ".run/checkpoints/stream"
+    trigger_interval: str = "5 seconds"
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int = Field(20_000, ge=1)
+    fail_on_data_loss: bool = True
+    shuffle_partitions: int = Field(4, ge=1, le=2000)
+    quarantine_poison: bool = True
+    gaps: Gaps = Gaps()
+
+    @field_validator("trigger_interval")
+    @classmethod
+    def _interval(cls, value: str) -> str:
+        if not _INTERVAL.match(value.strip()):
+            raise ValueError("must look like '5 seconds', '500 ms' or '1 minute'")
+        return value
+
+    @field_validator("starting_offsets")
+    @classmethod
+    def _offsets(cls, value: str) -> str:
+        if value not in ("earliest", "latest") and not value.lstrip().startswith("{"):
+            raise ValueError("must be earliest, latest or a JSON offsets object")
+        return value
+
+
+class SparkSettings(_Model):
+    """The Spark session: master, memory, extra conf, and where the JVM jars were resolved."""
+
+    master: str = "local[*]"
+    app_name: str = "urbpipe"
+    driver_memory: str = "2g"
+    jars_dir: str = ".jars/spark"
+    log_level: Literal["ERROR", "WARN", "INFO", "DEBUG"] = "WARN"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class Settings(_Model):
+    """Everything the product reads from conf/, validated."""
+
+    kafka: Kafka = Kafka()
+    topics: Topics = Topics()
+    replicator: Replicator = Replicator()
+    subscriptions: list[Subscription] = Field(
+        default_factory=lambda: [Subscription(name="COLOR")])
+    stream: Stream = Stream()
+    spark: SparkSettings = SparkSettings()
+    base_dir: str = "."
+
+    @model_validator(mode="after")
+    def _subscriptions_routed(self) -> Settings:
+        known = set(self.topics.outputs.values())
+        if self.topics.pattern_destination:
+            known.add(self.topics.pattern_destination)
+        for sub in self.subscriptions:
+            for dnam in sub.destinations:
+                if known and dnam not in known:
+                    raise ValueError(f"subscription {sub.name} names destination {dnam}, "
+                                     "which no topics.outputs entry carries")
+        return self
+
+    def location(self, value: str) -> str:
+        """A location from conf: URIs (s3a://, abfss://, file:/) as given; relative paths
+        resolved against base_dir (the project folder for conf/*.yaml)."""
+        if "://" in value or value.startswith("file:"):
+            return value
+        p = Path(value)
+        return str(p if p.is_absolute() else (Path(self.base_dir) / p).resolve())
+
+    def destination_of(self, topic: str) -> str:
+        """The replicator destination a topic the job reads carries."""
+        if topic == self.topics.replies:
+            return self.replicator.reply_destination
+        return self.topics.outputs.get(topic) or self.topics.pattern_destination or topic
+
+    def source_topics(self) -> list[str]:
+        """Topics the job subscribes to: the output topics and the reply topic."""
+        return list(dict.fromkeys([*self.topics.outputs, self.topics.replies]))
+
+
+def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        keys = [k.lower() for k in name[len(ENV_PREFIX):].split("__") if k]
+        node = raw
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{name}: {'.'.join(keys)} does not name a section")
+        node[keys[-1]] = yaml.safe_load(value)
+    return raw
+
+
+def _one_line(error: ValidationError, source: str) -> str:
+    first = error.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    msg = first["msg"].removeprefix("Value error, ")
+    more = f" (+{error.error_count() - 1} more)" if error.error_count() > 1 else ""
+    return f"{source}: {key}: {msg}{more}"
+
+
+def load_settings(path: str | Path | None = None,
+                  env: Mapping[str, str] | None = None) -> Settings:
+    """Load, override from the environment, and validate. Raises ConfigError (one line)."""
+    env = os.environ if env is None else env
+    conf = Path(path or env.get("URBPIPE_CONF") or DEFAULT_CONF)
+    try:
+        raw = yaml.safe_load(conf.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"{conf}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{conf}:{where} is not valid YAML") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{conf}: top level must be a mapping of sections")
+    raw = _apply_env(raw, env)
+    home = conf.resolve().parent
+    raw.setdefault("base_dir", str(home.parent if home.name == "conf" else home))
+    try:
+        return Settings.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc, str(conf))) from None

@@ -1,0 +1,244 @@
+"""The local single-node Apache Kafka broker (KRaft mode), run from its Maven Central jars.
+
+Used by the demo, the tests and the benchmarks on machines without Docker. ``start`` formats the
+storage the first time, launches the broker in its own session, waits until it answers and
+creates the topics named in conf; starting twice is harmless. ``stop`` ends it by the PID it
+wrote. Everything lives in ``kafka.local_broker.data_dir`` (git-ignored).
+
+    python -m pipeline.ops.broker start|stop|status [--conf-file conf/local.yaml]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from pipeline.config import ConfigError, Settings, load_settings
+
+JARS_DIR = ".jars/kafka"
+START_TIMEOUT_S = 90.0
+
+
+class BrokerError(RuntimeError):
+    """A one-line, operator-readable reason the broker could not be started or stopped."""
+
+
+def _home(settings: Settings) -> Path:
+    return Path(settings.location(settings.kafka.local_broker.data_dir))
+
+
+def _pid_file(settings: Settings) -> Path:
+    return _home(settings) / "broker.pid"
+
+
+def _running_pid(settings: Settings) -> int | None:
+    """PID of our broker if its PID file names a live process, else None."""
+    try:
+        pid = int(_pid_file(settings).read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def _port_taken(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def _server_properties(settings: Settings) -> str:
+    lb = settings.kafka.local_broker
+    home = _home(settings)
+    return "\n".join([
+        "process.roles=broker,controller",
+        "node.id=1",
+        f"controller.quorum.voters=1@127.0.0.1:{lb.controller_port}",
+        f"listeners=PLAINTEXT://127.0.0.1:{lb.port},CONTROLLER://127.0.0.1:{lb.controller_port}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{lb.port}",
+        "controller.listener.names=CONTROLLER",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name=PLAINTEXT",
+        f"log.dirs={home / 'data'}",
+        f"num.partitions={lb.partitions}",
+        "offsets.topic.replication.factor=1",
+        "share.coordinator.state.topic.replication.factor=1",
+        "transaction.state.log.replication.factor=1",
+        "transaction.state.log.min.isr=1",
+        "group.initial.rebalance.delay.ms=0",
+        f"message.max.bytes={lb.max_message_bytes}",
+        f"replica.fetch.max.bytes={lb.max_message_bytes}",
+        "auto.create.topics.enable=false",
+        "log.retention.hours=168",
+        "",
+    ])
+
+
+_LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+"""
+
+
+def _java(settings: Settings, main: str, *args: str, **popen: object) -> list[str]:
+    jars = Path(settings.location(JARS_DIR))
+    if not any(jars.glob("kafka_2.13-*.jar")):
+        raise BrokerError(f"broker jars missing in {jars}: run `make jars` first")
+    home = _home(settings)
+    return ["java", f"-Xmx{settings.kafka.local_broker.heap}",
+            f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={home / 'logs'}", "-cp", f"{jars}/*", main, *args]
+
+
+def _format_storage(settings: Settings, props: Path) -> None:
+    """Format KRaft storage once; meta.properties marks a formatted log directory."""
+    if (_home(settings) / "data" / "meta.properties").exists():
+        return
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    cmd = _java(settings, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+                "-c", str(props), "--ignore-formatted")
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise BrokerError(f"formatting broker storage failed: {last[0]}")
+
+
+def _admin(settings: Settings):
+    from confluent_kafka.admin import AdminClient
+
+    quiet = logging.getLogger("urbpipe.kafka.admin")
+    quiet.setLevel(logging.CRITICAL)  # connection-refused chatter while the broker starts
+    return AdminClient({**settings.kafka.confluent(), "socket.timeout.ms": "3000"},
+                       logger=quiet)
+
+
+def wait_until_ready(settings: Settings, timeout_s: float = START_TIMEOUT_S) -> None:
+    """Poll the broker's metadata until it answers, printing progress to stderr."""
+    deadline = time.monotonic() + timeout_s
+    admin = _admin(settings)
+    while True:
+        try:
+            admin.list_topics(timeout=3)
+            return
+        except Exception as exc:
+            if time.monotonic() > deadline:
+                raise BrokerError(f"broker did not answer within {timeout_s:.0f}s: {exc}") from None
+            if _running_pid(settings) is None:
+                raise BrokerError("broker process exited during start; see "
+                                  f"{_home(settings) / 'logs' / 'broker.log'}") from None
+            print("  waiting for the broker to answer…", file=sys.stderr)
+            time.sleep(1.5)
+
+
+def create_topics(settings: Settings) -> list[str]:
+    """Create the topics named in conf (idempotent). Returns the ones newly created."""
+    from confluent_kafka.admin import NewTopic
+
+    admin = _admin(settings)
+    lb = settings.kafka.local_broker
+    existing = set(admin.list_topics(timeout=10).topics)
+    wanted = [t for t in settings.topics.all_created() if t not in existing]
+    if not wanted:
+        return []
+    config = {"max.message.bytes": str(lb.max_message_bytes)}
+    futures = admin.create_topics(
+        [NewTopic(t, num_partitions=lb.partitions, replication_factor=1, config=config)
+         for t in wanted])
+    for topic, fut in futures.items():
+        try:
+            fut.result(timeout=30)
+        except Exception as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise BrokerError(f"cannot create topic {topic}: {exc}") from None
+    return wanted
+
+
+def start(settings: Settings) -> str:
+    """Start (or find running) the broker and ensure its topics. Returns a status line."""
+    lb = settings.kafka.local_broker
+    if _running_pid(settings) is not None:
+        wait_until_ready(settings)
+        create_topics(settings)
+        return f"broker already running on 127.0.0.1:{lb.port} (pid {_running_pid(settings)})"
+    for port in (lb.port, lb.controller_port):
+        if _port_taken(port):
+            raise BrokerError(f"port {port} on 127.0.0.1 is taken by another process; "
+                              "free it or set kafka.local_broker.port/controller_port")
+    home = _home(settings)
+    (home / "logs").mkdir(parents=True, exist_ok=True)
+    props = home / "server.properties"
+    props.write_text(_server_properties(settings))
+    (home / "log4j2.properties").write_text(_LOG4J2.format(log=home / "logs" / "broker.log"))
+    _format_storage(settings, props)
+    out = (home / "logs" / "stdout.log").open("ab")
+    proc = subprocess.Popen(_java(settings, "kafka.Kafka", str(props)), stdout=out,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    _pid_file(settings).write_text(str(proc.pid))
+    wait_until_ready(settings)
+    created = create_topics(settings)
+    return (f"broker started on 127.0.0.1:{lb.port} (pid {proc.pid}); "
+            f"topics created: {', '.join(created) or 'none (all existed)'}")
+
+
+def stop(settings: Settings, timeout_s: float = 30.0) -> str:
+    """Stop the broker by its PID: SIGTERM, then SIGKILL after timeout_s."""
+    pid = _running_pid(settings)
+    if pid is None:
+        _pid_file(settings).unlink(missing_ok=True)
+        return "broker not running"
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while _running_pid(settings) is not None and time.monotonic() < deadline:
+        time.sleep(0.3)
+    if _running_pid(settings) is not None:
+        os.kill(pid, signal.SIGKILL)
+    _pid_file(settings).unlink(missing_ok=True)
+    return f"broker stopped (pid {pid})"
+
+
+def status(settings: Settings) -> str:
+    pid = _running_pid(settings)
+    port = settings.kafka.local_broker.port
+    return f"broker running on 127.0.0.1:{port} (pid {pid})" if pid else "broker not running"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.ops.broker",
+                                     description="Start/stop the local KRaft Kafka broker.")
+    parser.add_argument("action", choices=["start", "stop", "status"])
+    parser.add_argument("--conf-file", default=None, help="YAML configuration (conf/local.yaml)")
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings(args.conf_file)
+        action = {"start": start, "stop": stop, "status": status}[args.action]
+        print(action(settings))
+    except (ConfigError, BrokerError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Which resolved JVM jars Spark gets through ``spark.jars``.
+
+Maven copies the Kafka connector and Delta with all their runtime dependencies into
+``spark.jars_dir``; many of those (Jackson, log4j, Parquet, Hadoop client, Scala library …) ship
+with pyspark already, in other versions. Passing both puts two versions of one class on the class
+path, so jars whose artifact pyspark already has are left out.
+
+    python -m pipeline.spark.jars [--conf-file F]   # prints the comma-separated list
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+_ARTIFACT = re.compile(r"^(?P<name>.+?)-\d[\w.+-]*\.jar$")
+# pyspark ships jcl-over-slf4j, which provides the commons-logging classes itself.
+_ALSO_SHIPPED = frozenset({"commons-logging"})
+
+
+def artifact(jar_name: str) -> str:
+    """Artifact id of a Maven jar file name: ``jackson-core-2.13.5.jar`` → ``jackson-core``."""
+    m = _ARTIFACT.match(jar_name)
+    return m.group("name") if m else jar_name.removesuffix(".jar")
+
+
+def pyspark_artifacts() -> set[str]:
+    import pyspark
+
+    return {artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+
+
+def spark_jars(jars_dir: str | Path) -> list[str]:
+    """Absolute paths of the resolved jars pyspark does not already ship, sorted."""
+    shipped = pyspark_artifacts()
+    found = sorted(Path(jars_dir).glob("*.jar"))
+    if not any(p.name.startswith("spark-sql-kafka") for p in found):
+        raise FileNotFoundError(f"no Spark Kafka connector in {jars_dir}: run `make jars` first")
+    skip = shipped | _ALSO_SHIPPED
+    return [str(p.resolve()) for p in found if artifact(p.name) not in skip]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pipeline.config import ConfigError, load_settings
+
+    parser = argparse.ArgumentParser(prog="python -m pipeline.spark.jars",
+                                     description="Print the spark.jars list (comma-separated).")
+    parser.add_argument("--conf-file", default=None)
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings(args.conf_file)
+        print(",".join(spark_jars(settings.location(settings.spark.jars_dir))))
+    except (ConfigError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
