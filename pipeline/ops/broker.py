@@ -5,7 +5,10 @@ storage the first time, launches the broker in its own session, waits until it a
 creates the topics named in conf; starting twice is harmless. ``stop`` ends it by the PID it
 wrote. Everything lives in ``kafka.local_broker.data_dir`` (git-ignored).
 
-    python -m pipeline.ops.broker start|stop|status [--conf-file conf/local.yaml]
+    python -m pipeline.ops.broker start|stop|status|topics [--conf-file conf/local.yaml]
+
+``topics`` only creates the configured topics on ``kafka.bootstrap_servers`` (any cluster, e.g.
+the Kafka service of docker-compose.yml), waiting until it answers.
 """
 
 from __future__ import annotations
@@ -133,7 +136,8 @@ def _admin(settings: Settings):
                        logger=quiet)
 
 
-def wait_until_ready(settings: Settings, timeout_s: float = START_TIMEOUT_S) -> None:
+def wait_until_ready(settings: Settings, timeout_s: float = START_TIMEOUT_S, *,
+                     check_process: bool = True) -> None:
     """Poll the broker's metadata until it answers, printing progress to stderr."""
     deadline = time.monotonic() + timeout_s
     admin = _admin(settings)
@@ -144,7 +148,7 @@ def wait_until_ready(settings: Settings, timeout_s: float = START_TIMEOUT_S) -> 
         except Exception as exc:
             if time.monotonic() > deadline:
                 raise BrokerError(f"broker did not answer within {timeout_s:.0f}s: {exc}") from None
-            if _running_pid(settings) is None:
+            if check_process and _running_pid(settings) is None:
                 raise BrokerError("broker process exited during start; see "
                                   f"{_home(settings) / 'logs' / 'broker.log'}") from None
             print("  waiting for the broker to answer…", file=sys.stderr)
@@ -172,6 +176,13 @@ def create_topics(settings: Settings) -> list[str]:
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise BrokerError(f"cannot create topic {topic}: {exc}") from None
     return wanted
+
+
+def ensure_topics(settings: Settings) -> str:
+    """Wait for the configured cluster and create the configured topics (no local broker)."""
+    wait_until_ready(settings, check_process=False)
+    created = create_topics(settings)
+    return f"topics created: {', '.join(created) or 'none (all existed)'}"
 
 
 def start(settings: Settings) -> str:
@@ -227,12 +238,13 @@ def status(settings: Settings) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.ops.broker",
                                      description="Start/stop the local KRaft Kafka broker.")
-    parser.add_argument("action", choices=["start", "stop", "status"])
+    parser.add_argument("action", choices=["start", "stop", "status", "topics"])
     parser.add_argument("--conf-file", default=None, help="YAML configuration (conf/local.yaml)")
     args = parser.parse_args(argv)
     try:
         settings = load_settings(args.conf_file)
-        action = {"start": start, "stop": stop, "status": status}[args.action]
+        action = {"start": start, "stop": stop, "status": status, "topics": ensure_topics}[
+            args.action]
         print(action(settings))
     except (ConfigError, BrokerError) as exc:
         print(f"error: {exc}", file=sys.stderr)

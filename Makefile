@@ -1,0 +1,41 @@
+# urbpipe: Event Replicator for Adabas -> Kafka -> Spark Structured Streaming -> Delta Lake.
+# `make demo` and `make test` do all set-up themselves (venv, jars, broker) on a fresh machine.
+SHELL := /bin/bash
+PY := .venv/bin/python
+CONF ?= conf/local.yaml
+
+.PHONY: help setup demo test test-unit lint bench broker-start broker-stop clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
+
+setup:  ## venv + pinned packages + Maven jars (idempotent)
+	@scripts/setup.sh
+
+demo: setup  ## run the pipeline on the embedded default (local broker, simulator, job)
+	@$(PY) -m pipeline.ops.broker start --conf-file $(CONF)
+	@$(PY) -m pipeline.demo --conf-file $(CONF)
+
+test:  ## the whole suite: lint, unit, Spark and end-to-end tests (starts/stops the broker)
+	@scripts/setup.sh --tools
+	@.venv/bin/ruff check .
+	@$(PY) -m pytest -q
+
+test-unit: setup  ## engine-free tests only (no Spark, no broker)
+	@$(PY) -m pytest -q -m "not spark and not e2e"
+
+lint: setup  ## ruff
+	@.venv/bin/ruff check .
+
+bench: setup  ## benchmarks (figures go to BENCHMARKS.md by hand)
+	@$(PY) benchmarks/bench_codec.py
+
+broker-start: setup  ## start the local KRaft broker and create the topics from conf
+	@$(PY) -m pipeline.ops.broker start --conf-file $(CONF)
+
+broker-stop:  ## stop the local broker by its PID
+	@$(PY) -m pipeline.ops.broker stop --conf-file $(CONF)
+
+clean:  ## remove generated data (lake, checkpoints, broker data); keeps venv and jars
+	@$(PY) -m pipeline.ops.broker stop --conf-file $(CONF) || true
+	rm -rf .lake .run .kafka .bench

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Idempotent set-up on a fresh machine: Python venv with the pinned packages, and the JVM jars
+# (Spark Kafka connector + Delta, and the Kafka broker) resolved by Maven from jvm/*/pom.xml.
+# Each step is skipped when its stamp is newer than its manifest. Usage: scripts/setup.sh [--tools]
+#   --tools  also install test tools from Debian (docker-compose, to validate docker-compose.yml)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+say() { printf '[setup] %s\n' "$*" >&2; }
+
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' \
+    || { echo "error: Python 3.11 is required (set PYTHON=/path/to/python3.11)" >&2; exit 2; }
+  say "creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+if [ ! -f .venv/.installed ] || [ pyproject.toml -nt .venv/.installed ]; then
+  say "installing Python packages (pinned in pyproject.toml)"
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -e '.[dev]'
+  touch .venv/.installed
+fi
+
+resolve() {  # resolve <manifest dir> <output dir>
+  local pom="jvm/$1/pom.xml" out=".jars/$2"
+  if [ -f "$out/.stamp" ] && [ "$out/.stamp" -nt "$pom" ]; then return; fi
+  say "resolving JVM jars from $pom into $out (Maven Central)"
+  rm -rf "$out"
+  mvn -q -B -Dstyle.color=never -s jvm/settings.xml -f "$pom" dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$PWD/$out"
+  touch "$out/.stamp"
+}
+command -v mvn >/dev/null || { echo "error: Maven (mvn) is required for the JVM jars" >&2; exit 2; }
+command -v java >/dev/null || { echo "error: Java 17 is required" >&2; exit 2; }
+resolve spark spark
+resolve kafka kafka
+
+if [ "${1:-}" = "--tools" ] && ! command -v docker-compose >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing docker-compose (Debian) to validate docker-compose.yml"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose) \
+      >/dev/null 2>&1 || say "warning: could not install docker-compose; its test will fail"
+  else
+    say "warning: docker-compose not installed (needs root + apt-get); its test will fail"
+  fi
+fi
+say "ready"

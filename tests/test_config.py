@@ -1,0 +1,77 @@
+"""Configuration: the embedded default is valid; bad files fail with one line naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import ConfigError, load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("name", ["local.yaml", "test.yaml", "cluster.example.yaml"])
+def test_shipped_confs_are_valid(name: str) -> None:
+    settings = load_settings(ROOT / "conf" / name, env={})
+    assert settings.topics.requests
+    assert settings.destination_of(next(iter(settings.topics.outputs))) in {
+        d for s in settings.subscriptions for d in s.destinations}
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(("text", "key", "problem"), [
+    ("stream:\n  trigger_interval: soon\n", "stream.trigger_interval", "5 seconds"),
+    ("kafka:\n  local_broker:\n    port: 80\n", "kafka.local_broker.port", "greater than"),
+    ("topics:\n  outputs: {t1: TOOLONGNAME}\n", "topics.outputs", "1-8 character"),
+    ("stream:\n  gaps:\n    landing_policy: later\n", "stream.gaps.landing_policy", "immediate"),
+    ("stream:\n  lake: x\n", "stream.lake", "Extra inputs"),
+    ("replicator:\n  request_token: MUCHTOOLONG\n", "replicator.request_token", "1-8"),
+    ("kafka:\n  security_protocol: SASL_SSL\n", "kafka", "sasl_mechanism"),
+])
+def test_invalid_conf_is_one_line_naming_key(tmp_path: Path, text: str, key: str,
+                                             problem: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(_write(tmp_path, text), env={})
+    message = str(err.value)
+    assert "\n" not in message
+    assert f": {key}: " in message
+    assert problem in message
+
+
+def test_bad_yaml_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="line 2 is not valid YAML"):
+        load_settings(_write(tmp_path, "a: 1\n b: [\n"), env={})
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(tmp_path / "absent.yaml", env={})
+
+
+def test_environment_overrides_hosts_and_secrets(tmp_path: Path) -> None:
+    env = {"URBPIPE__KAFKA__BOOTSTRAP_SERVERS": "b1:9093,b2:9093",
+           "URBPIPE__KAFKA__SECURITY_PROTOCOL": "SASL_SSL",
+           "URBPIPE__KAFKA__SASL_MECHANISM": "PLAIN",
+           "URBPIPE__KAFKA__SASL_USERNAME": "svc",
+           "URBPIPE__KAFKA__SASL_PASSWORD": "s3cret",
+           "URBPIPE__STREAM__SHUFFLE_PARTITIONS": "8"}
+    settings = load_settings(ROOT / "conf" / "local.yaml", env=env)
+    assert settings.kafka.confluent()["bootstrap.servers"] == "b1:9093,b2:9093"
+    assert settings.kafka.confluent()["sasl.password"] == "s3cret"
+    assert 'password="s3cret"' in settings.kafka.spark()["kafka.sasl.jaas.config"]
+    assert settings.stream.shuffle_partitions == 8
+
+
+def test_locations_resolve_against_project_and_keep_uris() -> None:
+    settings = load_settings(ROOT / "conf" / "local.yaml", env={})
+    assert settings.location(".lake") == str(ROOT / ".lake")
+    assert settings.location("s3a://bucket/lake") == "s3a://bucket/lake"
+
+
+def test_subscription_destination_must_be_carried_by_a_topic(tmp_path: Path) -> None:
+    text = "subscriptions:\n  - name: COLOR\n    destinations: [NOWHERE]\n"
+    with pytest.raises(ConfigError, match="NOWHERE"):
+        load_settings(_write(tmp_path, text), env={})
