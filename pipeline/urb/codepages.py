@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+from collections.abc import Mapping
+from types import MappingProxyType
 
 with contextlib.suppress(ImportError):  # optional: registers cp1047 and friends
     import ebcdic  # noqa: F401
@@ -28,6 +30,45 @@ def check_codepage(codepage: str) -> str:
     return info.name
 
 
+def _canonical(codepage: str) -> str | None:
+    try:
+        return codecs.lookup(codepage).name
+    except LookupError:
+        return None
+
+
 def text_codec(ebcdic: bool, codepage: str) -> str:
     """The codec for a message's character fields."""
     return codepage if ebcdic else ASCII_CODEC
+
+
+def _latin1_table(codec: str) -> bytes | None:
+    """A ``bytes.translate`` table to Latin-1 if every byte of ``codec`` maps into Latin-1.
+
+    Why: ``data.translate(table).decode('latin-1')`` is about three times faster than the
+    charmap codec for a whole message, and the decode stage runs it on every message.
+    """
+    try:
+        chars = bytes(range(256)).decode(codec)
+        return chars.encode("latin-1")
+    except (LookupError, UnicodeError):
+        return None
+
+
+#: Code page name (as ``codecs.lookup`` spells it) -> translate table, for the pages we name.
+LATIN1_TABLES: Mapping[str, bytes] = MappingProxyType(
+    {
+        check: table
+        for name in ("cp037", "cp500", "cp273", "cp1140", "cp1047")
+        for check in [_canonical(name)]
+        if check and (table := _latin1_table(check)) is not None
+    }
+)
+
+
+def decode_text(data: bytes, codec: str) -> str:
+    """Decode a whole message's bytes with ``codec`` (a canonical name)."""
+    table = LATIN1_TABLES.get(codec)
+    if table is not None:
+        return data.translate(table).decode("latin-1")
+    return data.decode(codec)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from .codepages import ASCII_CODEC, check_codepage
+from .codepages import ASCII_CODEC, check_codepage, decode_text
 from .element import Element, Message
 from .errors import UrbFormatError
 from .layouts import (
@@ -62,11 +62,7 @@ _DISPATCH: Mapping[tuple[bool, bool], Mapping[bytes, Layout]] = MappingProxyType
 
 
 def _fields(layout: Layout, data: bytes, text: str, off: int, length: int) -> dict[str, Any]:
-    v = layout.variant(length)
-    values = v.unpack(data, off)
-    if v.texts is not None:
-        values += tuple(map(str.rstrip, v.texts(text[off : off + v.size]), v.strip))
-    return dict(zip(v.names, values, strict=True))
+    return layout.variant(length).build(data, text, off)
 
 
 def _make(eye: str, off: int, fields: dict[str, Any]) -> Element:
@@ -241,7 +237,7 @@ def decode_message(data: bytes, *, codepage: str = "cp037") -> Message:
 
     codec = check_codepage(codepage) if ebcdic else ASCII_CODEC
     try:
-        text = data.decode(codec)
+        text = decode_text(data, codec)
     except UnicodeDecodeError as exc:  # only possible with a partial custom code page
         raise UrbFormatError(exc.start, f"undecodable character for {codec}") from None
     layouts = BIG if big else LITTLE
@@ -272,10 +268,7 @@ def decode_message(data: bytes, *, codepage: str = "cp037") -> Message:
             off += ln
             continue
         v = layout.full if ln >= layout.size else layout.by_len[ln]
-        values = v.unpack(data, off)
-        if v.texts is not None:
-            values += tuple(map(str.rstrip, v.texts(text[off : off + v.size]), v.strip))
-        fields = dict(zip(v.names, values))  # noqa: B905 - equal by construction; hot loop
+        fields = v.build(data, text, off)
         el = _new(Element)
         el.eye = layout.eye
         el.offset = off

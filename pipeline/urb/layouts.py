@@ -23,7 +23,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
 from types import MappingProxyType
 from typing import Any
 
@@ -311,12 +310,8 @@ class Variant:
     """The decode/encode plan for the fields that fit into ``size`` bytes of one DSECT."""
 
     size: int  # bytes covered by the fitting fields
-    unpack: Callable[..., tuple[Any, ...]]  # Struct.unpack_from for the binary fields
+    build: Callable[[bytes, str, int], dict[str, Any]]  # (data, text, offset) -> fields
     pack_into: Callable[..., None]  # Struct.pack_into for every fitting field
-    names: tuple[str, ...]  # binary field names, then character field names (decode order)
-    bin_count: int
-    texts: Callable[[str], Any] | None  # str -> tuple of character field slices
-    strip: tuple[str, ...]  # one ' \x00' per character field, for map(str.rstrip, ...)
     fields: tuple[Row, ...]  # fitting non-filler rows in DSECT order (encode order)
 
 
@@ -349,48 +344,66 @@ def _check(eye: str, rows: Sequence[Row]) -> int:
     return pos
 
 
-def _getter(slices: list[slice]) -> Callable[[str], Any] | None:
-    if not slices:
-        return None
-    if len(slices) == 1:
-        only = slices[0]
-        return lambda s: (s[only],)
-    return itemgetter(*slices)
+def _builder(eye: str, rows: Sequence[Row], order: str) -> Callable[..., dict[str, Any]]:
+    """Generate the decoder for one variant: one ``unpack_from`` plus one dict display.
 
-
-def _variant(rows: Sequence[Row], order: str) -> Variant:
-    dec, enc = [order], [order]
-    bin_names: list[str] = []
-    txt_names: list[str] = []
-    slices: list[slice] = []
+    Why generated code: a function whose body is a literal dict with constant keys, fed by one
+    tuple unpack and one slice per character field, is about twice as fast as building the
+    dict with ``dict(zip(names, values))`` from separately stripped strings, and the decode
+    stage pays this cost for every element of every Kafka message.  The eye-catcher field is
+    the constant the element was dispatched on.
+    """
+    fmt = [order]
+    binary: list[str] = []
+    items: list[str] = []
+    size = 0
     for off, name, typ, length in rows:
-        if typ == "F":
-            dec.append(f"{length}x")
-            enc.append(f"{length}x")
-        elif typ == "C":
-            dec.append(f"{length}x")
-            enc.append(f"{length}s")
-            txt_names.append(name)
-            slices.append(slice(off, off + length))
+        size = off + length
+        if typ in "FC":
+            fmt.append(f"{length}x")
         elif typ == "X":
-            dec.append(f"{length}s")
-            enc.append(f"{length}s")
-            bin_names.append(name)
+            fmt.append(f"{length}s")
         else:
             code = _INT_CODES[length]
-            code = code.lower() if typ == "I" else code
-            dec.append(code)
-            enc.append(code)
-            bin_names.append(name)
+            fmt.append(code.lower() if typ == "I" else code)
+        if typ == "F":
+            continue
+        if typ == "C":
+            if off == 0 and name.endswith("eye") and length == 4:
+                items.append(f"{name!r}: {eye!r}")
+            elif length == 1:
+                items.append(f"{name!r}: s[{off}].rstrip(_S)")
+            else:
+                items.append(f"{name!r}: s[{off}:{off + length}].rstrip(_S)")
+        else:
+            var = f"v{len(binary)}"
+            binary.append(var)
+            items.append(f"{name!r}: {var}")
+    lines = ["def build(data, text, off):"]
+    if binary:
+        lines.append(f"    {', '.join(binary)}, = _unpack(data, off)")
+    lines.append(f"    s = text[off:off + {size}]")
+    lines.append("    return {" + ", ".join(items) + "}")
+    namespace: dict[str, Any] = {"_unpack": struct.Struct("".join(fmt)).unpack_from, "_S": _STRIP}
+    exec("\n".join(lines), namespace)  # source built from the tables above only
+    return namespace["build"]
+
+
+def _variant(eye: str, rows: Sequence[Row], order: str) -> Variant:
+    enc = [order]
+    for _off, _name, typ, length in rows:
+        if typ == "F":
+            enc.append(f"{length}x")
+        elif typ in "CX":
+            enc.append(f"{length}s")
+        else:
+            code = _INT_CODES[length]
+            enc.append(code.lower() if typ == "I" else code)
     size = rows[-1][0] + rows[-1][3] if rows else 0
     return Variant(
         size=size,
-        unpack=struct.Struct("".join(dec)).unpack_from,
+        build=_builder(eye, rows, order),
         pack_into=struct.Struct("".join(enc)).pack_into,
-        names=tuple(bin_names + txt_names),
-        bin_count=len(bin_names),
-        texts=_getter(slices),
-        strip=(_STRIP,) * len(txt_names),
         fields=tuple(r for r in rows if r[2] != "F"),
     )
 
@@ -404,14 +417,14 @@ def compile_layout(eye: str, rows: Sequence[Row], order: str) -> Layout:
     for length in range(size):
         k = sum(1 for off, _n, _t, ln in rows if off + ln <= length)
         if k not in prefixes:
-            prefixes[k] = _variant(rows[:k], order)
+            prefixes[k] = _variant(eye, rows[:k], order)
         by_len.append(prefixes[k])
     return Layout(
         eye=eye,
         size=size,
         rows=rows,
         names=frozenset(r[1] for r in rows if r[2] != "F"),
-        full=_variant(rows, order),
+        full=_variant(eye, rows, order),
         by_len=tuple(by_len),
     )
 
