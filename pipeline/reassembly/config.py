@@ -1,0 +1,77 @@
+"""Settings of the reassembly machine (policy, caps, retry timing), validated once."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+LANDING_POLICIES = ("immediate", "hold")
+
+# TRSP subcodes of response 131 after which asking again is pointless.
+DEFAULT_UNRECOVERABLE_SUBCODES = frozenset({34, 35, 36, 37})
+
+
+@dataclass(frozen=True, slots=True)
+class ReassemblyConfig:
+    """Everything the machine's behaviour depends on besides state, rows and time.
+
+    - ``landing_policy``: "immediate" lands each complete transaction at once; "hold" keeps
+      transactions that follow an open gap in state until the gap closes or ``hold_timeout_ms``
+      passes, then lands them in tsnr order.
+    - ``max_requests_per_gap``: a gap wider than this requests only its newest tsnrs (the ones
+      still likely in the circular resend buffer); the older part is unrecoverable at once.
+    - ``retry_*``/``max_retries``: after the first request round, up to ``max_retries`` more
+      rounds, ``retry_initial_ms * retry_multiplier**n`` apart (capped at ``retry_max_ms``);
+      then the gap is unrecoverable.
+    - ``partial_timeout_ms``: a partial transaction that sees no continuation for this long is
+      declared lost (None: never; it is then only resolved by the next message).
+    - ``duplicate_window``: how many recently landed tsnrs are remembered.
+    - ``max_buffered_bytes``: cap on payload bytes kept in state per key.
+    - ``max_open_gaps``: cap on open gaps per key; the oldest beyond it becomes unrecoverable.
+    - ``reply_destination``/``request_token``: carried into every TRAN request; when the token
+      is set, TRSP replies with another token are recorded but do not touch gaps.
+    """
+
+    landing_policy: str = "immediate"
+    max_requests_per_gap: int = 100
+    retry_initial_ms: int = 30_000
+    retry_multiplier: float = 2.0
+    retry_max_ms: int = 600_000
+    max_retries: int = 5
+    hold_timeout_ms: int = 300_000
+    partial_timeout_ms: int | None = 600_000
+    duplicate_window: int = 1024
+    max_buffered_bytes: int = 64 * 1024 * 1024
+    max_open_gaps: int = 1000
+    reply_destination: str = ""
+    request_token: str = ""
+    unrecoverable_subcodes: frozenset[int] = DEFAULT_UNRECOVERABLE_SUBCODES
+
+    def __post_init__(self) -> None:
+        if self.landing_policy not in LANDING_POLICIES:
+            raise ValueError(f"landing_policy must be one of {LANDING_POLICIES}")
+        positive = ("max_requests_per_gap", "retry_initial_ms", "retry_max_ms",
+                    "hold_timeout_ms", "duplicate_window", "max_buffered_bytes", "max_open_gaps")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0")
+        if self.max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        if self.retry_multiplier < 1.0:
+            raise ValueError("retry_multiplier must be >= 1")
+        if self.partial_timeout_ms is not None and self.partial_timeout_ms <= 0:
+            raise ValueError("partial_timeout_ms must be > 0 or None")
+        if len(self.request_token) > 8:
+            raise ValueError("request_token is at most 8 characters (URBIRTOK)")
+        object.__setattr__(self, "unrecoverable_subcodes", frozenset(self.unrecoverable_subcodes))
+
+    @classmethod
+    def from_mapping(cls, d: Mapping[str, object]) -> ReassemblyConfig:
+        """Build from a conf dict, ignoring unknown keys (the app conf holds more)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})  # type: ignore[arg-type]
+
+    def backoff_ms(self, round_no: int) -> int:
+        """Wait after request round ``round_no`` (1-based) before the next one."""
+        wait = self.retry_initial_ms * self.retry_multiplier ** (round_no - 1)
+        return int(min(wait, self.retry_max_ms))

@@ -1,0 +1,211 @@
+"""What the machine tells the outside world. Every event is plain, frozen data.
+
+The Spark glue turns events into table rows (see ``tables.events_to_rows``), TRAN requests
+(one per tsnr of a ``GapRequested``) and alerts. Times are kept raw here: ``at_ms`` is the
+step's processing time in epoch milliseconds, STCK fields are the replicator's raw 64-bit
+values, and conversion happens in ``tables``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+Origin = str  # "live" | "resend" | "initial_state"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOut:
+    """One URBR of a landed transaction. ``record_time`` is URBRTIME (raw STCK)."""
+
+    rsnr: int
+    fnr: int
+    isn: int
+    type: str
+    resend: bool
+    rsp: int
+    subcode: int
+    record_time: int
+    dcnt: int
+    errc: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ImageOut:
+    """One URBD: image_type is A (after), B (before) or K (key before image)."""
+
+    rsnr: int
+    dsnr: int
+    image_type: str
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionComplete:
+    """A whole transaction, ready to land. Times are raw STCK values."""
+
+    subscription: str
+    destination: str
+    epoch: int
+    tsnr: int
+    dbid: int
+    record_count: int
+    commit_time: int      # URBTTTIM
+    processed_time: int   # URBTPTIM
+    sent_time: int        # URBHTIME of the message holding the URBT
+    initial_state: bool   # URBTINST='Y'
+    resent: bool          # URBTPTRN='Y': answer to a prior-transaction request
+    possibly_resent: bool  # URBTRSND='Y'
+    origin: Origin
+    token: str            # URBTRTOK
+    topic: str
+    first_partition: int
+    first_offset: int
+    last_partition: int
+    last_offset: int
+    acode: int            # URBTACOD
+    wcode: int            # URBTWCOD
+    arc: int              # URBTARC
+    records: tuple[RecordOut, ...]
+    images: tuple[ImageOut, ...]
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TsnrNotice:
+    """Common shape of events about one tsnr seen at one Kafka position."""
+
+    subscription: str
+    destination: str
+    epoch: int
+    tsnr: int
+    reason: str
+    topic: str
+    partition: int
+    offset: int
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicateDropped(TsnrNotice):
+    """A transaction (or a continuation message of one) already landed; dropped, counted."""
+
+
+@dataclass(frozen=True, slots=True)
+class GapEvent:
+    """Common shape of the gap lifecycle events (open → requested → filled|unrecoverable).
+
+    ``gap_id`` is stable for the gap's life; ``missing`` lists the tsnrs still missing that
+    can still be requested; ``requests_sent`` counts TRAN requests sent for this gap so far.
+    A gap across the wrap has ``from_tsnr > to_tsnr``.
+    """
+
+    subscription: str
+    destination: str
+    epoch: int
+    gap_id: str
+    from_tsnr: int
+    to_tsnr: int
+    missing: tuple[int, ...]
+    requests_sent: int
+    opened_at_ms: int
+    reason: str
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GapOpened(GapEvent):
+    """A range of tsnrs is missing."""
+
+
+@dataclass(frozen=True, slots=True)
+class GapRequested(GapEvent):
+    """Ask the replicator to resend ``tsnrs`` (one TRAN request each), round ``attempt``."""
+
+    tsnrs: tuple[int, ...] = ()
+    attempt: int = 1
+    token: str = ""
+    reply_destination: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GapFilled(GapEvent):
+    """Every tsnr of the gap has landed."""
+
+
+@dataclass(frozen=True, slots=True)
+class GapUnrecoverable(GapEvent):
+    """The gap will not be filled (TRSP error, retries exhausted, restart, too wide …)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LostContinuation(TsnrNotice):
+    """A transaction whose continuation never came (or was broken); it was not landed."""
+
+
+@dataclass(frozen=True, slots=True)
+class EpochStarted:
+    """The replicator (re)started numbering: URBS STRT/REST, or tsnr back to 1/backwards."""
+
+    subscription: str
+    destination: str
+    epoch: int
+    reason: str
+    previous_epoch: int
+    previous_next_tsnr: int | None
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReceived:
+    """A URBS element with all its fields and data (landed in ``status_events``)."""
+
+    subscription: str
+    destination: str
+    epoch: int
+    fields: dict[str, object]
+    data: bytes | None
+    topic: str
+    partition: int
+    offset: int
+    elem_index: int
+    urbhtime: int
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class BufferLimitExceeded:
+    """Buffered payload bytes for the key passed ``max_buffered_bytes``."""
+
+    subscription: str
+    destination: str
+    epoch: int
+    tsnr: int
+    buffered_bytes: int
+    limit: int
+    action: str
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Inconsistent:
+    """Input that breaks the URB rules (counts, continuity, orphans); goes to quarantine."""
+
+    subscription: str
+    destination: str
+    epoch: int
+    tsnr: int | None
+    reason: str
+    topic: str
+    partition: int
+    offset: int
+    elem_index: int
+    at_ms: int
+    eye: str = ""
+    details: dict[str, object] = field(default_factory=dict)
+
+
+Event = (
+    TransactionComplete | DuplicateDropped | GapOpened | GapRequested | GapFilled
+    | GapUnrecoverable | LostContinuation | EpochStarted | StatusReceived
+    | BufferLimitExceeded | Inconsistent
+)

@@ -1,0 +1,114 @@
+"""Input rows of the state machine: one decoded URB element with its Kafka coordinates.
+
+The decode stage (pipeline/spark) turns every Kafka record into one row per element; this
+module is the only place that knows how such a row looks, so the rest of the machine reads
+fields through the small accessors below instead of poking at raw dicts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from itertools import groupby
+
+
+@dataclass(frozen=True, slots=True)
+class ElementRow:
+    """One URB element (URBT, URBR, URBD, URBE, URBC, URBS …) of one Kafka message.
+
+    ``fields`` holds the element's DSECT fields by lowercase name (``urbttsnr`` …): character
+    fields as stripped ``str``, binary fields as ``int``, STCK times as raw ``int``.
+    ``elem_index`` is the element's position in its message, header excluded, from 0.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    elem_index: int
+    urbhmsnr: int
+    urbhtime: int
+    eye: str
+    fields: Mapping[str, object] = field(default_factory=dict)
+    payload: bytes | None = None
+    data: bytes | None = None
+
+    @classmethod
+    def from_mapping(cls, d: Mapping[str, object]) -> ElementRow:
+        """Build a row from a dict (e.g. a pandas row); tolerant of NaN/None and JSON fields."""
+        raw_fields = d.get("fields")
+        if isinstance(raw_fields, str | bytes):
+            raw_fields = json.loads(raw_fields)
+        if raw_fields is not None and not isinstance(raw_fields, Mapping):
+            raw_fields = dict(raw_fields)  # e.g. a list of (key, value) pairs from a Spark map
+        return cls(
+            topic=str(d.get("topic") or ""),
+            partition=_int(d.get("partition")),
+            offset=_int(d.get("offset")),
+            elem_index=_int(d.get("elem_index")),
+            urbhmsnr=_int(d.get("urbhmsnr")),
+            urbhtime=_int(d.get("urbhtime")),
+            eye=str(d.get("eye") or "").strip(),
+            fields=dict(raw_fields or {}),
+            payload=_bytes(d.get("payload")),
+            data=_bytes(d.get("data")),
+        )
+
+    def char(self, name: str) -> str:
+        """A character field, stripped; '' when absent (a short, older DSECT)."""
+        value = self.fields.get(name)
+        if value is None or _is_nan(value):
+            return ""
+        if isinstance(value, bytes | bytearray):
+            return bytes(value).decode("latin-1").strip()
+        return str(value).strip()
+
+    def num(self, name: str) -> int:
+        """A binary field as int; 0 when absent. Single-byte fields may arrive as bytes."""
+        return _int(self.fields.get(name))
+
+    def flag(self, name: str) -> bool:
+        """A one-character indicator field such as URBTRSND: True only for 'Y'."""
+        return self.char(name).upper() == "Y"
+
+    @property
+    def message_key(self) -> tuple[int, int, str]:
+        """Identity of the Kafka message the element came from."""
+        return (self.partition, self.offset, self.topic)
+
+    @property
+    def sort_key(self) -> tuple[int, int, str, int]:
+        """Kafka order: (partition, offset) first; topic only breaks ties between topics."""
+        return (self.partition, self.offset, self.topic, self.elem_index)
+
+
+def messages(rows: Iterable[ElementRow]) -> list[tuple[ElementRow, ...]]:
+    """Sort rows into Kafka order and group them per message.
+
+    Spark does not keep row order inside a group, so order is rebuilt here from the Kafka
+    coordinates. A message's elements always arrive in the same batch (one Kafka record is
+    decoded at once), so a message is never split between two calls of ``step``.
+    """
+    ordered = sorted(rows, key=lambda r: r.sort_key)
+    return [tuple(group) for _, group in groupby(ordered, key=lambda r: r.message_key)]
+
+
+def _is_nan(value: object) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _int(value: object) -> int:
+    if value is None or _is_nan(value):
+        return 0
+    if isinstance(value, bytes | bytearray):
+        return int.from_bytes(value, "big")
+    if isinstance(value, str):
+        return int(value.strip() or 0)
+    return int(value)  # type: ignore[call-overload]
+
+
+def _bytes(value: object) -> bytes | None:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    return None

@@ -1,0 +1,143 @@
+"""Per-key state and its compact, versioned serialisation (a binary column in Spark state).
+
+Layout of ``to_bytes``: ``b"RA"`` + format version byte + zlib( 4-byte JSON length + JSON +
+payload blob ). Image payloads are not base64'd into the JSON but appended raw to the blob and
+referenced by (offset, length), which keeps large partial transactions cheap to store.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import struct
+import zlib
+from dataclasses import dataclass, field, fields
+
+from pipeline.reassembly.assembler import Partial
+from pipeline.reassembly.events import ImageOut, RecordOut, TransactionComplete
+from pipeline.reassembly.gaps import Gap
+from pipeline.reassembly.sequence import DupWindow
+
+MAGIC = b"RA"
+VERSION = 1
+DEFAULT_WINDOW = 1024
+
+
+@dataclass(slots=True)
+class KeyState:
+    """Everything remembered for one (destination, subscription) between batches.
+
+    Bounded: one partial transaction, open gaps (each at most ``max_requests_per_gap``
+    positions, at most ``max_open_gaps`` of them), held transactions (capped by
+    ``max_buffered_bytes``), a fixed-size duplicate window and a few counters.
+    """
+
+    epoch: int = 0
+    next_u: int | None = None      # unwrapped next expected tsnr; None before the first one
+    epoch_fresh: bool = True       # nothing seen since the epoch began (a repeated STRT is a no-op)
+    window: DupWindow = field(default_factory=lambda: DupWindow(DEFAULT_WINDOW))
+    partial: Partial | None = None
+    discard: int | None = None     # tsnr whose remaining elements are skipped
+    gaps: list[Gap] = field(default_factory=list)
+    held: list[tuple[int, TransactionComplete]] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def clone(self) -> KeyState:
+        """A deep copy, so ``step`` never changes the state object it was given."""
+        return copy.deepcopy(self)
+
+    def is_empty(self) -> bool:
+        """Nothing worth keeping: the state Spark may drop."""
+        return self == KeyState(window=DupWindow(self.window.size))
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counters[name] = self.counters.get(name, 0) + n
+
+    def buffered_bytes(self) -> int:
+        held = sum(len(i.payload) for _, t in self.held for i in t.images)
+        return held + (self.partial.nbytes if self.partial else 0)
+
+    def to_bytes(self) -> bytes:
+        blob = bytearray()
+        doc = {
+            "epoch": self.epoch, "next_u": self.next_u, "fresh": self.epoch_fresh,
+            "wsize": self.window.size, "window": _put(blob, self.window.to_obj()),
+            "partial": _partial_obj(self.partial, blob) if self.partial else None,
+            "discard": self.discard, "gaps": [g.to_obj() for g in self.gaps],
+            "held": [[u, _txn_obj(t, blob)] for u, t in self.held],
+            "counters": self.counters,
+        }
+        text = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+        body = struct.pack(">I", len(text)) + text + bytes(blob)
+        return MAGIC + bytes([VERSION]) + zlib.compress(body, 6)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> KeyState:
+        if data[:2] != MAGIC or data[2] != VERSION:
+            raise ValueError(f"not a reassembly state of version {VERSION}")
+        body = zlib.decompress(data[3:])
+        (n,) = struct.unpack_from(">I", body)
+        doc = json.loads(body[4:4 + n])
+        blob = memoryview(body)[4 + n:]
+        partial = doc["partial"]
+        return cls(
+            epoch=doc["epoch"], next_u=doc["next_u"], epoch_fresh=doc["fresh"],
+            window=DupWindow.from_obj(doc["wsize"], _get(blob, doc["window"])),
+            partial=_partial_from(partial, blob) if partial else None,
+            discard=doc["discard"], gaps=[Gap.from_obj(g) for g in doc["gaps"]],
+            held=[(u, _txn_from(t, blob)) for u, t in doc["held"]],
+            counters=dict(doc["counters"]),
+        )
+
+
+def _put(blob: bytearray, data: bytes) -> list[int]:
+    blob.extend(data)
+    return [len(blob) - len(data), len(data)]
+
+
+def _get(blob: memoryview, ref: list[int]) -> bytes:
+    return bytes(blob[ref[0]:ref[0] + ref[1]])
+
+
+def _records_obj(records: list[RecordOut] | tuple[RecordOut, ...]) -> list[list]:
+    return [[getattr(r, f.name) for f in fields(RecordOut)] for r in records]
+
+
+def _images_obj(images: list[ImageOut] | tuple[ImageOut, ...], blob: bytearray) -> list[list]:
+    return [[i.rsnr, i.dsnr, i.image_type, _put(blob, i.payload)] for i in images]
+
+
+def _images_from(objs: list[list], blob: memoryview) -> list[ImageOut]:
+    return [ImageOut(r, d, t, _get(blob, ref)) for r, d, t, ref in objs]
+
+
+_PARTIAL_PLAIN = ("tsnr", "head", "token", "sent_time", "topic", "first", "last", "cont",
+                  "touched_ms", "dsnr", "nimg", "nbytes")
+
+
+def _partial_obj(p: Partial, blob: bytearray) -> dict:
+    obj = {name: getattr(p, name) for name in _PARTIAL_PLAIN}
+    obj["records"] = _records_obj(p.records)
+    obj["images"] = _images_obj(p.images, blob)
+    return obj
+
+
+def _partial_from(obj: dict, blob: memoryview) -> Partial:
+    plain = {name: obj[name] for name in _PARTIAL_PLAIN}
+    plain["first"], plain["last"] = tuple(plain["first"]), tuple(plain["last"])
+    return Partial(**plain, records=[RecordOut(*r) for r in obj["records"]],
+                   images=_images_from(obj["images"], blob))
+
+
+def _txn_obj(t: TransactionComplete, blob: bytearray) -> dict:
+    obj = {f.name: getattr(t, f.name) for f in fields(TransactionComplete)}
+    obj["records"] = _records_obj(t.records)
+    obj["images"] = _images_obj(t.images, blob)
+    return obj
+
+
+def _txn_from(obj: dict, blob: memoryview) -> TransactionComplete:
+    obj = dict(obj)
+    obj["records"] = tuple(RecordOut(*r) for r in obj["records"])
+    obj["images"] = tuple(_images_from(obj["images"], blob))
+    return TransactionComplete(**obj)

@@ -1,0 +1,229 @@
+"""Events → rows of the Delta tables, the alerts topic and the requests topic.
+
+Conventions (the Spark glue relies on them):
+- Every time column is a timezone-aware UTC ``datetime``: STCK fields are converted with the
+  TOD epoch 1900-01-01 UTC (value >> 12 = microseconds); a STCK of 0 (not set) gives None;
+  processing times (``landed_at``, ``updated_at`` …) come from the step's ``now_ms``/``at_ms``.
+  Alerts are JSON-able, so their times are ISO-8601 strings and ``at_ms`` ints.
+- ``gaps`` holds one row per gap *transition* (open, requested, filled, unrecoverable), append
+  only; a gap's current state is its latest row by ``updated_at`` (and ``transition`` order
+  open < requested < filled|unrecoverable within one batch).
+- Alerts and requests carry an ``idempotency_key`` built from what they describe (never from
+  wall time), so a replayed batch produces the same keys and consumers can drop repeats.
+- ``duplicates`` (one row per dropped duplicate) is extra, for counting; write it or not.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+
+from pipeline.reassembly.events import (
+    BufferLimitExceeded,
+    DuplicateDropped,
+    EpochStarted,
+    Event,
+    GapEvent,
+    GapFilled,
+    GapOpened,
+    GapRequested,
+    GapUnrecoverable,
+    Inconsistent,
+    LostContinuation,
+    StatusReceived,
+    TransactionComplete,
+)
+
+TABLES = ("transactions", "records", "images", "status_events", "gaps", "alerts", "requests",
+          "quarantine", "duplicates")
+TOD_EPOCH = datetime(1900, 1, 1, tzinfo=UTC)
+UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+ALERT_STATUSES = frozenset({"LOST", "DEAC"})
+GAP_STATES = {GapOpened: "open", GapRequested: "requested", GapFilled: "filled",
+              GapUnrecoverable: "unrecoverable"}
+
+Rows = dict[str, list[dict]]
+
+
+def stck_to_datetime(value: int | None) -> datetime | None:
+    """STCK (TOD clock) → UTC datetime; 0/None means the field was not set."""
+    if not value:
+        return None
+    return TOD_EPOCH + timedelta(microseconds=value >> 12)
+
+
+def ms_to_datetime(ms: int) -> datetime:
+    return UNIX_EPOCH + timedelta(milliseconds=ms)
+
+
+def events_to_rows(events: Iterable[Event], now_ms: int) -> Rows:
+    """Rows per table for a list of events; every table key is present (maybe empty)."""
+    out: Rows = {name: [] for name in TABLES}
+    for event in events:
+        for cls in type(event).__mro__:
+            handler = _HANDLERS.get(cls)
+            if handler is not None:
+                handler(event, now_ms, out)
+                break
+    return out
+
+
+def _names(e: object) -> dict:
+    return {"subscription": e.subscription, "destination": e.destination,  # type: ignore[attr-defined]
+            "epoch": e.epoch}  # type: ignore[attr-defined]
+
+
+def _transaction(e: TransactionComplete, now_ms: int, out: Rows) -> None:
+    names = {**_names(e), "tsnr": e.tsnr}
+    out["transactions"].append({
+        **names, "dbid": e.dbid, "record_count": e.record_count,
+        "commit_time": stck_to_datetime(e.commit_time),
+        "processed_time": stck_to_datetime(e.processed_time),
+        "sent_time": stck_to_datetime(e.sent_time), "initial_state": e.initial_state,
+        "resent": e.resent, "possibly_resent": e.possibly_resent, "origin": e.origin,
+        "token": e.token, "topic": e.topic, "first_partition": e.first_partition,
+        "first_offset": e.first_offset, "last_partition": e.last_partition,
+        "last_offset": e.last_offset, "image_count": len(e.images),
+        "landed_at": ms_to_datetime(now_ms),
+    })
+    out["records"].extend({
+        **names, "rsnr": r.rsnr, "fnr": r.fnr, "isn": r.isn, "type": r.type,
+        "resend": r.resend, "rsp": r.rsp, "subcode": r.subcode,
+        "record_time": stck_to_datetime(r.record_time), "dcnt": r.dcnt, "errc": r.errc,
+    } for r in e.records)
+    out["images"].extend({
+        **names, "rsnr": i.rsnr, "dsnr": i.dsnr, "image_type": i.image_type,
+        "payload": i.payload, "acode": e.acode, "wcode": e.wcode, "arc": e.arc,
+    } for i in e.images)
+
+
+def _gap(e: GapEvent, now_ms: int, out: Rows) -> None:
+    state = GAP_STATES[type(e)]
+    closed = state in ("filled", "unrecoverable")
+    out["gaps"].append({
+        **_names(e), "gap_id": e.gap_id, "from_tsnr": e.from_tsnr, "to_tsnr": e.to_tsnr,
+        "state": state, "requests_sent": e.requests_sent, "missing_count": len(e.missing),
+        "opened_at": ms_to_datetime(e.opened_at_ms), "updated_at": ms_to_datetime(e.at_ms),
+        "closed_at": ms_to_datetime(e.at_ms) if closed else None, "reason": e.reason,
+    })
+    attempt = e.attempt if isinstance(e, GapRequested) else 0
+    kind = f"gap_{state}"
+    suffix = f"|{attempt}" if isinstance(e, GapRequested) else ""
+    _alert(out, e, kind, "warning" if state in ("open", "requested", "filled") else "critical",
+           f"gap {e.from_tsnr}..{e.to_tsnr} {state}" + (f": {e.reason}" if e.reason else ""),
+           f"{e.gap_id}{suffix}",
+           {"gap_id": e.gap_id, "from_tsnr": e.from_tsnr, "to_tsnr": e.to_tsnr,
+            "missing": list(e.missing), "requests_sent": e.requests_sent, "attempt": attempt,
+            "reason": e.reason})
+    if isinstance(e, GapRequested):
+        _requests(e, out)
+
+
+def _requests(e: GapRequested, out: Rows) -> None:
+    out["requests"].extend({
+        **_names(e), "tsnr": tsnr, "token": e.token, "reply_destination": e.reply_destination,
+        "attempt": e.attempt, "gap_id": e.gap_id, "requested_at": ms_to_datetime(e.at_ms),
+        "idempotency_key": f"{e.destination}|{e.subscription}|{e.epoch}|{tsnr}|{e.attempt}",
+    } for tsnr in e.tsnrs)
+
+
+def _lost(e: LostContinuation, now_ms: int, out: Rows) -> None:
+    _alert(out, e, "lost_continuation", "critical",
+           f"transaction {e.tsnr} lost its continuation: {e.reason}",
+           f"{e.tsnr}|{e.topic}|{e.partition}|{e.offset}",
+           {"tsnr": e.tsnr, "reason": e.reason, "topic": e.topic, "partition": e.partition,
+            "offset": e.offset})
+
+
+def _epoch(e: EpochStarted, now_ms: int, out: Rows) -> None:
+    _alert(out, e, "replicator_restart", "warning",
+           f"new epoch {e.epoch}: {e.reason}", str(e.epoch),
+           {"reason": e.reason, "previous_epoch": e.previous_epoch,
+            "previous_next_tsnr": e.previous_next_tsnr})
+
+
+def _status(e: StatusReceived, now_ms: int, out: Rows) -> None:
+    f = e.fields
+    st = str(f.get("urbsst") or "").strip()
+    out["status_events"].append({
+        **_names(e), "rt": _s(f, "urbsrt"), "st": st, "rsp": _i(f, "urbsrsp"),
+        "subc": _i(f, "urbssubc"), "token": _s(f, "urbsrtok"), "inam": _s(f, "urbsinam"),
+        "snam": _s(f, "urbssnam"), "dnam": _s(f, "urbsdnam"), "tsnr": _i(f, "urbstsnr"),
+        "dbid": _i(f, "urbsdbid"), "fnr": _i(f, "urbsfnr"), "err_info": _s(f, "urbserri"),
+        "data": e.data, "time": stck_to_datetime(_i(f, "urbstime")),
+        "process_time": stck_to_datetime(_i(f, "urbsptim")),
+        "commit_time": stck_to_datetime(_i(f, "urbsttim")),
+        "sent_time": stck_to_datetime(e.urbhtime), "topic": e.topic,
+        "partition": e.partition, "offset": e.offset, "elem_index": e.elem_index,
+        "fields_json": _json(f), "received_at": ms_to_datetime(e.at_ms),
+    })
+    if st in ALERT_STATUSES:
+        _alert(out, e, f"status_{st.lower()}", "critical", f"replicator status {st}",
+               f"{e.topic}|{e.partition}|{e.offset}|{e.elem_index}",
+               {"st": st, "rsp": _i(f, "urbsrsp"), "subc": _i(f, "urbssubc"),
+                "dbid": _i(f, "urbsdbid"), "fnr": _i(f, "urbsfnr")})
+
+
+def _buffer(e: BufferLimitExceeded, now_ms: int, out: Rows) -> None:
+    _alert(out, e, "buffer_limit", "critical",
+           f"buffered {e.buffered_bytes} bytes > {e.limit}: {e.action}",
+           f"{e.tsnr}|{e.action}",
+           {"tsnr": e.tsnr, "buffered_bytes": e.buffered_bytes, "limit": e.limit,
+            "action": e.action})
+
+
+def _inconsistent(e: Inconsistent, now_ms: int, out: Rows) -> None:
+    out["quarantine"].append({
+        **_names(e), "kind": "inconsistent", "source": "reassembly", "tsnr": e.tsnr,
+        "reason": e.reason,
+        "topic": e.topic, "partition": e.partition, "offset": e.offset,
+        "elem_index": e.elem_index, "eye": e.eye, "raw": None, "fields_json": _json(e.details),
+        "quarantined_at": ms_to_datetime(e.at_ms),
+    })
+
+
+def _duplicate(e: DuplicateDropped, now_ms: int, out: Rows) -> None:
+    out["duplicates"].append({
+        **_names(e), "tsnr": e.tsnr, "reason": e.reason, "topic": e.topic,
+        "partition": e.partition, "offset": e.offset, "dropped_at": ms_to_datetime(e.at_ms),
+    })
+
+
+def _alert(out: Rows, e: object, kind: str, severity: str, message: str, ident: str,
+           details: dict) -> None:
+    at_ms: int = e.at_ms  # type: ignore[attr-defined]
+    names = _names(e)
+    out["alerts"].append({
+        "idempotency_key": f"{kind}|{names['destination']}|{names['subscription']}|"
+                           f"{names['epoch']}|{ident}",
+        "kind": kind, "severity": severity, **names, "message": message,
+        "at": ms_to_datetime(at_ms).isoformat(), "at_ms": at_ms, "details": details,
+    })
+
+
+def _s(f: dict, name: str) -> str:
+    value = f.get(name)
+    return "" if value is None else str(value).strip()
+
+
+def _i(f: dict, name: str) -> int:
+    value = f.get(name)
+    return int(value) if isinstance(value, int | float) else 0
+
+
+def _json(fields: dict) -> str:
+    return json.dumps(fields, sort_keys=True, default=_jsonable)
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).hex()
+    return str(value)
+
+
+_HANDLERS: dict[type, Callable[..., None]] = {
+    TransactionComplete: _transaction, GapEvent: _gap, LostContinuation: _lost,
+    EpochStarted: _epoch, StatusReceived: _status, BufferLimitExceeded: _buffer,
+    Inconsistent: _inconsistent, DuplicateDropped: _duplicate,
+}
