@@ -48,6 +48,19 @@ def _fits(layout: Layout, length: int) -> frozenset[str]:
     return frozenset(r[1] for r in layout.variant(length).fields)
 
 
+def _make_urbsu(fields: dict[str, Any]) -> Element:
+    """A URBSU utility detail (for ``make_element("URBS", urbsst="AUTI", detail=...)``)."""
+    typ = int(fields.get("urbsutyp", 0))
+    rows = URBSU_BIG.full.fields + (DETAIL_BIG[typ].full.fields if typ in DETAIL_BIG else ())
+    names = {r[1] for r in rows}
+    unknown = set(fields) - names
+    if unknown:
+        raise TypeError(f"URBSU type X'{typ:02X}' has no field(s) {', '.join(sorted(unknown))}")
+    values = {name: fields.get(name, _DEFAULTS[typ_]) for _o, name, typ_, _l in rows}
+    values["urbsueye"] = "URBSU"
+    return Element("URBSU", 0, values)
+
+
 def make_element(eye: str, **fields: Any) -> Element:
     """Build an element for :func:`encode_message`.
 
@@ -58,6 +71,8 @@ def make_element(eye: str, **fields: Any) -> Element:
     field explicitly (e.g. ``urbtlen=112``, the seeds' URBT) builds a shorter element.
     """
     eye = eye.upper()
+    if eye == "URBSU":
+        return _make_urbsu(fields)
     if eye not in ALL_TABLES:
         raise ValueError(f"unknown element type {eye!r}")
     layout = BIG[eye]
@@ -104,8 +119,12 @@ def make_element(eye: str, **fields: Any) -> Element:
         else:
             data = b""
         dlen = values[dname] if eye == "URBF" else fields.get(dname, len(data))
-        if eye == "URBS" and (el.detail is not None or el.files is not None):
-            dlen = fields.get(dname, -1)  # known only at encode time (byte order, code page)
+        if eye == "URBS" and el.detail is not None:
+            typ = int(el.detail.fields.get("urbsutyp") or 0)
+            sub = DETAIL_BIG.get(typ)
+            dlen = fields.get(dname, URBSU_BIG.size + (sub.size if sub else 0))
+        elif eye == "URBS" and el.files is not None:
+            dlen = fields.get(dname, 2 * len(el.files))
         values[hname] = fields.get(hname, layout.size)
         values[dname] = dlen
         total = values[hname] + max(dlen, 0)
