@@ -1,0 +1,196 @@
+"""Command line: python -m pipeline.sim --help"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from pipeline.sim.clock import WallClock
+from pipeline.sim.config import default_config, load_config
+from pipeline.sim.faults import KINDS, FaultPlan
+from pipeline.sim.load import KafkaRequests, LoadOptions, drive
+from pipeline.sim.model import SimConfig
+from pipeline.sim.replicator import Replicator
+from pipeline.sim.sinks import FileSink, KafkaSink, Sink
+
+EPILOG = """\
+examples:
+  python -m pipeline.sim --out run.urb --transactions 500 --seed 7 \\
+      --max-message-size 4096 --encoding ascii
+  python -m pipeline.sim --out gaps.urb --transactions 200 --drop-transactions 2 --restarts 1
+  python -m pipeline.sim --kafka localhost:9092 --serve --rate 50 --duration 60
+  python -m pipeline.sim --kafka localhost:9092 --transactions 0 --duration 30 --progress
+
+The file format is 4-byte big-endian length + message, repeated. Kafka keys are the
+subscription name for data (and subscription-related status), the destination name for
+replicator-wide status (STRT, TERM, REST). See pipeline/sim/config.py for the YAML keys.
+"""
+
+_FAULT_FLAGS = {
+    "drop_transaction": ("--drop-transactions", "lose whole transactions (tsnr and msnr gap)"),
+    "drop_continuation": ("--drop-continuations", "lose continuation messages (URBC ones)"),
+    "duplicate": ("--duplicates", "deliver transactions twice, again with RSND='Y'"),
+    "restart": ("--restarts", "abnormal restarts: REST, numbering back to 1"),
+    "corrupt": ("--corrupt", "damage the bytes of messages"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m pipeline.sim",
+        description="Event Replicator for Adabas simulator: URB message streams to a file or "
+        "Kafka, and answers to TRAN/STAT/INST/OPND/CLSD requests.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    out = p.add_argument_group("output (one of)")
+    target = out.add_mutually_exclusive_group(required=True)
+    target.add_argument("--out", metavar="FILE", help="write length-prefixed messages to FILE")
+    target.add_argument("--kafka", metavar="BOOTSTRAP", help="produce to Kafka (host:port)")
+
+    what = p.add_argument_group("stream")
+    what.add_argument("--config", metavar="YAML", help="subscriptions etc. (default: built-in)")
+    what.add_argument(
+        "--transactions",
+        type=int,
+        default=100,
+        metavar="N",
+        help="transactions over all subscriptions; 0 = unbounded (default 100)",
+    )
+    what.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    what.add_argument(
+        "--max-message-size",
+        type=int,
+        metavar="BYTES",
+        help="largest message, URBH included (default from config: 32768)",
+    )
+    what.add_argument(
+        "--encoding",
+        choices=("ebcdic", "ascii"),
+        help="ebcdic = EBCDIC/big endian, ascii = ASCII/little endian, for all "
+        "subscriptions (default: per subscription in config)",
+    )
+    what.add_argument("--max-records", type=int, metavar="N", help="records per transaction, max")
+    what.add_argument(
+        "--c5-rate",
+        type=float,
+        metavar="P",
+        help="chance of a C5DA user-data status after each transaction",
+    )
+    what.add_argument("--no-term", action="store_true", help="end without TERM")
+    what.add_argument(
+        "--wall-clock",
+        action="store_true",
+        help="stamp real time (default for --kafka; files use a simulated clock)",
+    )
+
+    load = p.add_argument_group("load mode and serving")
+    load.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        metavar="TPS",
+        help="target transactions per second (default 0 = as fast as possible)",
+    )
+    load.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this time")
+    load.add_argument("--progress", action="store_true", help="progress line on stderr")
+    load.add_argument("--json", action="store_true", help="final count as JSON on stdout")
+    load.add_argument(
+        "--serve",
+        action="store_true",
+        help="answer requests from the request topic (needs --kafka)",
+    )
+    load.add_argument(
+        "--linger",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="with --serve: keep answering after the stream ends (-1 = forever)",
+    )
+    load.add_argument("--request-group", default="urb-sim", help="consumer group for requests")
+
+    faults = p.add_argument_group("faults (deterministic under --seed; counts over the run)")
+    for kind, (flag, text) in _FAULT_FLAGS.items():
+        faults.add_argument(flag, dest=kind, type=int, default=0, metavar="K", help=text)
+    faults.add_argument(
+        "--fault-rate",
+        action="append",
+        default=[],
+        metavar="KIND=P",
+        help=f"per-transaction chance instead of a count; KIND in {', '.join(KINDS)}",
+    )
+    faults.add_argument(
+        "--wrap",
+        action="store_true",
+        help="start tsnrs just below 4294967295 so they wrap around to 1",
+    )
+    return p
+
+
+def _config(args: argparse.Namespace) -> SimConfig:
+    config = load_config(args.config) if args.config else default_config()
+    if args.encoding:
+        config = config.with_encoding(args.encoding)
+    update: dict[str, object] = {}
+    if args.max_message_size:
+        update["max_message_size"] = args.max_message_size
+    if args.c5_rate is not None:
+        update["c5_rate"] = args.c5_rate
+    if args.max_records:
+        mix = config.mix.model_copy(update={"max_records": args.max_records})
+        update["mix"] = mix.model_copy(
+            update={"min_records": min(mix.min_records, args.max_records)}
+        )
+    return SimConfig.model_validate({**config.model_dump(), **update}) if update else config
+
+
+def _faults(args: argparse.Namespace) -> FaultPlan:
+    rates: dict[str, float] = {}
+    for item in args.fault_rate:
+        kind, _, value = item.partition("=")
+        rates[kind.strip()] = float(value)
+    counts = {kind: getattr(args, kind) for kind in KINDS if getattr(args, kind)}
+    return FaultPlan(counts=counts, rates=rates, wrap=args.wrap)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.serve and not args.kafka:
+        parser.error("--serve needs --kafka")
+    transactions = args.transactions or None
+    try:
+        config = _config(args)
+        plan = _faults(args)
+        clock = WallClock() if (args.wall_clock or args.kafka) else None
+        rep = Replicator(config, args.seed, faults=plan, transactions=transactions, clock=clock)
+    except ValueError as exc:
+        parser.error(str(exc))
+    sink: Sink = FileSink(args.out) if args.out else KafkaSink(args.kafka)
+    requests = (
+        KafkaRequests(args.kafka, config.request_topic, args.request_group) if args.serve else None
+    )
+    options = LoadOptions(
+        transactions,
+        args.duration,
+        args.rate,
+        args.linger,
+        args.progress,
+        terminate=not args.no_term,
+    )
+    try:
+        summary = drive(rep, sink, options, requests)
+    finally:
+        sink.close()
+        if requests is not None:
+            requests.close()
+    print(summary.line(), file=sys.stderr)
+    if args.json:
+        print(json.dumps(summary.as_dict()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

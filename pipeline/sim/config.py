@@ -1,0 +1,139 @@
+"""Simulator configuration: a built-in default set, or a YAML file.
+
+YAML keys (all optional except destinations and subscriptions; defaults in brackets):
+
+    replicator_id: 10007          # URBHRPID / URBTRPID
+    replicator_name: REPTOR       # URBHNAME
+    max_message_size: 32768       # bytes per message, URBH included
+    records_per_file: 100         # records each file holds at start (ISNs 1..N)
+    c5_rate: 0.0                  # chance of a C5DA user-data status after a transaction
+    subscription_run: 4           # up to this many transactions of one subscription in a row
+    initial_state_chunk: 10       # records per initial-state pseudo-transaction
+    start_time: "2025-01-01T00:00:00+00:00"   # simulated clock start (file output)
+    request_topic: urb.requests   # the replicator's input queue
+    mix: {insert: 0.3, update: 0.5, delete: 0.2, min_records: 1, max_records: 8}
+    destinations:                 # destination name -> Kafka topic (+ optional encoding)
+      - {name: OUT1, topic: urb.out1}
+      - {name: REPLY, topic: urb.replies}
+    resend_buffers:               # name and size in bytes ("2048K", "1M" accepted)
+      - {name: RESEND1, size: 2048K}
+    subscriptions:
+      - name: COLOR
+        destinations: [OUT1]
+        dbid: 10006
+        files: [4]
+        encoding: ebcdic          # ebcdic (EBCDIC, big endian) | ascii (ASCII, little endian)
+        images: both              # after | before | both  (SFBAI / SFBBI)
+        resend_buffer: RESEND1    # omit: TRAN answers rsp 131 subcode 34
+        layout:                   # payload fields: A alpha, P packed, B binary, U unpacked
+          - {name: AA, format: A, length: 16}
+    initial_states:
+      - {name: ICOLOR, dbid: 10006, files: [4], selection: all}   # all | isnlist
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.sim.model import SimConfig
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([KkMm]?)\s*$")
+
+_COLOR = [{"name": "AA", "format": "A", "length": 16}, {"name": "AB", "format": "U", "length": 16}]
+_EMPLOYEE = [
+    {"name": "AA", "format": "A", "length": 8},
+    {"name": "AC", "format": "A", "length": 20},
+    {"name": "AE", "format": "A", "length": 20},
+    {"name": "AH", "format": "P", "length": 4},
+    {"name": "AN", "format": "A", "length": 6},
+    {"name": "AS", "format": "P", "length": 5},
+    {"name": "AT", "format": "B", "length": 4},
+    {"name": "AO", "format": "A", "length": 30},
+]
+_ORDERS = [
+    {"name": "OA", "format": "B", "length": 4},
+    {"name": "OB", "format": "A", "length": 12},
+    {"name": "OC", "format": "P", "length": 6},
+    {"name": "OD", "format": "U", "length": 8},
+    {"name": "OE", "format": "B", "length": 2},
+    {"name": "OF", "format": "A", "length": 40},
+]
+
+DEFAULT: dict[str, Any] = {
+    "destinations": [
+        {"name": "OUT1", "topic": "urb.out1"},
+        {"name": "OUT2", "topic": "urb.out2"},
+        {"name": "REPLY", "topic": "urb.replies"},
+    ],
+    "resend_buffers": [{"name": "RESEND1", "size": "2048K"}],
+    "subscriptions": [
+        {
+            "name": "COLOR",
+            "destinations": ["OUT1"],
+            "dbid": 10006,
+            "files": [4],
+            "images": "both",
+            "resend_buffer": "RESEND1",
+            "layout": _COLOR,
+        },
+        {
+            "name": "EMPLOYEE",
+            "destinations": ["OUT1", "OUT2"],
+            "dbid": 10006,
+            "files": [9],
+            "images": "both",
+            "resend_buffer": "RESEND1",
+            "layout": _EMPLOYEE,
+        },
+        {
+            "name": "ORDERS",
+            "destinations": ["OUT2"],
+            "dbid": 12,
+            "files": [20, 21],
+            "images": "after",
+            "layout": _ORDERS,
+        },
+    ],
+    "initial_states": [
+        {"name": "ICOLOR", "dbid": 10006, "files": [4], "selection": "all"},
+        {"name": "IEMPL", "dbid": 10006, "files": [9], "selection": "isnlist"},
+        {"name": "IORDERS", "dbid": 12, "files": [20, 21], "selection": "all"},
+    ],
+}
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes from 2048, '2048K' or '2M'."""
+    if isinstance(value, int):
+        return value
+    match = _SIZE.match(value)
+    if match is None:
+        raise ValueError(f"not a size: {value!r}")
+    factor = {"": 1, "K": 1024, "M": 1024 * 1024}[match.group(2).upper()]
+    return int(match.group(1)) * factor
+
+
+def build_config(raw: dict[str, Any]) -> SimConfig:
+    """Validate a mapping (from YAML or code) into a SimConfig."""
+    raw = dict(raw)
+    raw["resend_buffers"] = [
+        {**b, "size": parse_size(b["size"])} for b in raw.get("resend_buffers", [])
+    ]
+    return SimConfig.model_validate(raw)
+
+
+def default_config() -> SimConfig:
+    """The built-in set: COLOR and EMPLOYEE (EBCDIC, resend buffer), ORDERS (no buffer)."""
+    return build_config(DEFAULT)
+
+
+def load_config(path: str | Path) -> SimConfig:
+    """Read a YAML file with the keys described in this module's docstring."""
+    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a mapping at the top level")
+    return build_config(raw)

@@ -1,0 +1,181 @@
+"""The replicator's definitions, as the simulator sees them.
+
+These mirror the Event Replicator's own definition objects (ADARPD SUBSCRIPTION, DESTINATION,
+RESENDBUFFER, INITIALSTATE parameters) closely enough that the streams it produces look like a
+real replicator's: subscriptions name their destinations, database and files, output form,
+which images they send (SFBAI/SFBBI) and the record layout their payloads follow.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+Encoding = Literal["ebcdic", "ascii"]
+Images = Literal["after", "before", "both"]
+FieldFormat = Literal["A", "P", "B", "U"]
+
+MAX_NAME = 8
+
+
+def _check_name(name: str) -> str:
+    """Replicator names are at most 8 characters, blank-padded on the wire."""
+    if not name or len(name) > MAX_NAME or name != name.strip():
+        raise ValueError(f"name {name!r} must be 1..8 characters without blanks around it")
+    return name
+
+
+Name = Annotated[str, AfterValidator(_check_name)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LayoutField(_Frozen):
+    """One field of a record layout: Adabas short name, format and byte length.
+
+    A = alphanumeric in the message's code page, P = packed decimal, B = binary (byte order of
+    the message), U = unpacked (zoned) decimal.
+    """
+
+    name: str
+    format: FieldFormat
+    length: int = Field(gt=0, le=253)
+
+    @model_validator(mode="after")
+    def _binary_fits(self) -> LayoutField:
+        if self.format == "B" and self.length > 8:
+            raise ValueError(f"binary field {self.name} longer than 8 bytes")
+        return self
+
+
+class Subscription(_Frozen):
+    """A subscription: the unit of tsnr numbering and of message packing."""
+
+    name: Name
+    destinations: tuple[str, ...] = Field(min_length=1)
+    dbid: int = Field(gt=0, le=65535)
+    files: tuple[int, ...] = Field(min_length=1)
+    encoding: Encoding = "ebcdic"
+    images: Images = "both"
+    resend_buffer: str | None = None
+    layout: tuple[LayoutField, ...] = Field(min_length=1)
+
+    @property
+    def sends_after(self) -> bool:
+        return self.images in ("after", "both")
+
+    @property
+    def sends_before(self) -> bool:
+        return self.images in ("before", "both")
+
+
+class Destination(_Frozen):
+    """An output destination and the Kafka topic standing in for its queue.
+
+    encoding is the form of status messages sent to the destination; when omitted it is the
+    form of the first subscription that writes to it.
+    """
+
+    name: Name
+    topic: str
+    encoding: Encoding | None = None
+
+
+class ResendBufferDef(_Frozen):
+    """A circular resend buffer, shared by the subscriptions that name it; size in bytes."""
+
+    name: Name
+    size: int = Field(gt=0)
+
+
+class InitialStateDef(_Frozen):
+    """An INITIALSTATE definition: which database files an INST request may read.
+
+    selection 'all' reads every record; 'isnlist' needs an ISN list in the request.
+    """
+
+    name: Name
+    dbid: int = Field(gt=0, le=65535)
+    files: tuple[int, ...] = Field(min_length=1)
+    selection: Literal["all", "isnlist"] = "all"
+
+
+class TransactionMix(_Frozen):
+    """Relative weights of inserts, updates and deletes, and the transaction size range."""
+
+    insert: float = Field(default=0.3, ge=0)
+    update: float = Field(default=0.5, ge=0)
+    delete: float = Field(default=0.2, ge=0)
+    min_records: int = Field(default=1, ge=1)
+    max_records: int = Field(default=8, ge=1)
+
+    @model_validator(mode="after")
+    def _range(self) -> TransactionMix:
+        if self.min_records > self.max_records:
+            raise ValueError("min_records > max_records")
+        if self.insert + self.update + self.delete <= 0:
+            raise ValueError("at least one of insert/update/delete must have weight")
+        return self
+
+
+class SimConfig(_Frozen):
+    """Everything the simulated replicator is defined by. See config.py for the YAML keys."""
+
+    replicator_id: int = Field(default=10007, ge=0, le=65535)
+    replicator_name: str = "REPTOR"
+    max_message_size: int = Field(default=32768, gt=0)
+    records_per_file: int = Field(default=100, ge=0)
+    c5_rate: float = Field(default=0.0, ge=0, le=1)
+    subscription_run: int = Field(default=4, ge=1)
+    initial_state_chunk: int = Field(default=10, ge=1)
+    start_time: str = "2025-01-01T00:00:00+00:00"
+    request_topic: str = "urb.requests"
+    mix: TransactionMix = TransactionMix()
+    destinations: tuple[Destination, ...] = Field(min_length=1)
+    resend_buffers: tuple[ResendBufferDef, ...] = ()
+    subscriptions: tuple[Subscription, ...] = Field(min_length=1)
+    initial_states: tuple[InitialStateDef, ...] = ()
+
+    @model_validator(mode="after")
+    def _references(self) -> SimConfig:
+        dests = {d.name for d in self.destinations}
+        buffers = {b.name for b in self.resend_buffers}
+        for sub in self.subscriptions:
+            unknown = [d for d in sub.destinations if d not in dests]
+            if unknown:
+                raise ValueError(f"subscription {sub.name}: unknown destinations {unknown}")
+            if sub.resend_buffer is not None and sub.resend_buffer not in buffers:
+                raise ValueError(f"subscription {sub.name}: unknown buffer {sub.resend_buffer}")
+        names = [s.name for s in self.subscriptions]
+        if len(set(names)) != len(names):
+            raise ValueError("subscription names must be unique")
+        return self
+
+    def subscription(self, name: str) -> Subscription | None:
+        return next((s for s in self.subscriptions if s.name == name), None)
+
+    def destination(self, name: str) -> Destination | None:
+        return next((d for d in self.destinations if d.name == name), None)
+
+    def initial_state(self, name: str) -> InitialStateDef | None:
+        return next((i for i in self.initial_states if i.name == name), None)
+
+    def resend_buffer(self, name: str) -> ResendBufferDef | None:
+        return next((b for b in self.resend_buffers if b.name == name), None)
+
+    def destination_encoding(self, name: str) -> Encoding:
+        """The form of status messages on a destination (see Destination.encoding)."""
+        dest = self.destination(name)
+        if dest is not None and dest.encoding is not None:
+            return dest.encoding
+        first = next((s for s in self.subscriptions if name in s.destinations), None)
+        return first.encoding if first is not None else "ebcdic"
+
+    def with_encoding(self, encoding: Encoding) -> SimConfig:
+        """The same definitions with every subscription and destination in one form."""
+        subs = tuple(s.model_copy(update={"encoding": encoding}) for s in self.subscriptions)
+        dests = tuple(d.model_copy(update={"encoding": encoding}) for d in self.destinations)
+        return self.model_copy(update={"subscriptions": subs, "destinations": dests})

@@ -1,0 +1,277 @@
+"""Answering requests from the replicator's input queue, as seed 000 describes them.
+
+- TRAN: resend from the resend buffer (URBT, URBRs, before images; URBTRSND, URBTPTRN and
+  URBRRSND 'Y') to the named destination, or to all of the subscription's destinations when
+  the request names none; a TRAN/TRSP URBS to the reply destination. Errors are rsp 131 with
+  subcode 32 (unknown subscription), 31/33 (destination unknown / not the subscription's),
+  34 (no resend buffer), 35 (tsnr no longer in the buffer); 34 and 35 also go to the
+  destination named in the request.
+- STAT: a STAT/SUBS URBS per subscription/destination pair asked about, to that destination,
+  with a copy to the reply destination; 131/7 (neither named) or 131/8 (not found).
+- INST: INST/INIT to the reply and output destinations, pseudo-transactions (tsnr 0,
+  URBTINST='Y', URBRTYP='R', after images; an ISN list selects records, a missing single ISN
+  gives a URBR with rsp 113 and no URBD), then INST/CMPL; or INST/ERRO with rsp 131:
+  9 unknown name, 12 DBID/FNR not in the definition, 15/19 ISN list against the definition's
+  selection, 16 invalid ISN list, 70 no subscription for the file.
+- OPND/CLSD: open or close the destination; OPND/OPEN or CLSD/CLOS to the reply destination
+  (or the destination itself); 131/26 for an unknown destination.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from pipeline.sim.clock import stck
+from pipeline.sim.elements import Part, TxFlags, status_part
+from pipeline.sim.model import InitialStateDef, Subscription
+from pipeline.sim.outbox import Delivery
+from pipeline.sim.payloads import encode_record
+from pipeline.sim.transactions import REFRESH, RSP_ISN_NOT_FOUND, RecordChange, Transaction
+from pipeline.urb import Element, UrbFormatError, decode_message
+from pipeline.urb.requests import validate_isns
+
+if TYPE_CHECKING:
+    from pipeline.sim.replicator import Replicator
+
+RSP = 131
+TRAN_DEST_ERRORS = frozenset({34, 35, 37, 39, 40, 41, 42, 43})
+INITIAL_STATE_GUID = b"\x11" * 4 + b"\x22" * 4
+
+
+def answer(rep: Replicator, request: bytes) -> list[Delivery]:
+    """Every URBI of one request message, answered in order; undecodable input is ignored."""
+    try:
+        message = decode_message(request)
+    except UrbFormatError:
+        return []
+    out: list[Delivery] = []
+    for urbi in (e for e in message.elements if e.eye == "URBI"):
+        handler = _HANDLERS.get(urbi.urbirt or "")
+        if handler is not None:
+            out += handler(rep, urbi)
+    return out
+
+
+def _status(
+    rep: Replicator, dests: list[str], key: str, rt: str, st: str, **fields: Any
+) -> list[Delivery]:
+    known = [d for d in dests if d and rep.outbox.knows(d)]
+
+    def part(_dest: str) -> Part:
+        return status_part(rt, st, rep.clock.now(), **fields)
+
+    return rep.send_status(known, key, part)
+
+
+# -- TRAN ------------------------------------------------------------------------------------
+
+
+def _tran(rep: Replicator, urbi: Element) -> list[Delivery]:
+    snam, dnam, rnam, tsnr = (
+        urbi.urbisnam or "",
+        urbi.urbidnam or "",
+        urbi.urbirnam or "",
+        urbi.urbitsnr or 0,
+    )
+    fields = {"urbsrtok": urbi.urbirtok or "", "urbssnam": snam, "urbsdnam": dnam, "urbstsnr": tsnr}
+    sub, subc = _tran_check(rep, snam, dnam)
+    tx = None
+    if sub is not None and not subc:
+        buffer = rep.resend_buffer(sub)
+        tx = buffer.find(sub.name, tsnr) if buffer else None
+        subc = 0 if tx is not None else 35
+    if subc or sub is None or tx is None:
+        dests = [rnam] + ([dnam] if subc in TRAN_DEST_ERRORS else [])
+        return _status(
+            rep, dests, snam or rnam, "TRAN", "TRSP", urbsrsp=RSP, urbssubc=subc, **fields
+        )
+    flags = TxFlags(rsnd=True, ptrn=True)
+    out = rep.send_transaction(sub, tx, tsnr, flags, [dnam] if dnam else sub.destinations)
+    return out + _status(rep, [rnam], snam, "TRAN", "TRSP", **fields)
+
+
+def _tran_check(rep: Replicator, snam: str, dnam: str) -> tuple[Subscription | None, int]:
+    sub = rep.config.subscription(snam)
+    if sub is None:
+        return None, 32
+    if dnam and not rep.outbox.knows(dnam):
+        return sub, 31
+    if dnam and dnam not in sub.destinations:
+        return sub, 33
+    if rep.resend_buffer(sub) is None:
+        return sub, 34
+    return sub, 0
+
+
+# -- STAT ------------------------------------------------------------------------------------
+
+
+def _stat(rep: Replicator, urbi: Element) -> list[Delivery]:
+    snam, dnam, rnam = urbi.urbisnam or "", urbi.urbidnam or "", urbi.urbirnam or ""
+    token = urbi.urbirtok or ""
+    pairs, subc = _stat_pairs(rep, snam, dnam)
+    if subc:
+        return _status(
+            rep,
+            [rnam],
+            snam or dnam,
+            "STAT",
+            "SUBS",
+            urbsrtok=token,
+            urbsrsp=RSP,
+            urbssubc=subc,
+            urbssnam=snam,
+            urbsdnam=dnam,
+        )
+    out: list[Delivery] = []
+    for sub, dest in pairs:
+        state = rep.states[sub.name]
+        out += _status(
+            rep,
+            [dest, rnam],
+            sub.name,
+            "STAT",
+            "SUBS",
+            urbsrtok=token,
+            urbssnam=sub.name,
+            urbsdnam=dest,
+            urbstsnr=state.tsnr,
+            urbsttim=stck(state.commit) if state.commit else 0,
+            urbsptim=stck(state.processed) if state.processed else 0,
+        )
+    return out
+
+
+def _stat_pairs(
+    rep: Replicator, snam: str, dnam: str
+) -> tuple[list[tuple[Subscription, str]], int]:
+    if not snam and not dnam:
+        return [], 7
+    if snam:
+        sub = rep.config.subscription(snam)
+        if sub is None or (dnam and dnam not in sub.destinations):
+            return [], 8
+        return [(sub, d) for d in sub.destinations if not dnam or d == dnam], 0
+    pairs = [(s, dnam) for s in rep.config.subscriptions if dnam in s.destinations]
+    return pairs, 0 if pairs else 8
+
+
+# -- OPND / CLSD -----------------------------------------------------------------------------
+
+
+def _destination(rep: Replicator, urbi: Element) -> list[Delivery]:
+    rt, dnam, rnam = urbi.urbirt, urbi.urbidnam or "", urbi.urbirnam or ""
+    st = "OPEN" if rt == "OPND" else "CLOS"
+    reply = [rnam] if rep.outbox.knows(rnam) else [dnam]
+    fields = {"urbsrtok": urbi.urbirtok or "", "urbsdnam": dnam}
+    if not rep.outbox.knows(dnam):
+        return _status(rep, reply, dnam or rnam, rt, st, urbsrsp=RSP, urbssubc=26, **fields)
+    if rt == "CLSD":
+        out = _status(rep, reply, dnam, rt, st, **fields)
+        rep.outbox.close(dnam)
+        return out
+    return rep.outbox.open(dnam) + _status(rep, reply, dnam, rt, st, **fields)
+
+
+# -- INST ------------------------------------------------------------------------------------
+
+
+def _inst(rep: Replicator, urbi: Element) -> list[Delivery]:
+    inam, rnam, token = urbi.urbiinam or "", urbi.urbirnam or "", urbi.urbirtok or ""
+    dbid, fnr = urbi.urbidbid or 0, urbi.urbifnr or 0
+    fields = {"urbsrtok": token, "urbsinam": inam, "urbsdbid": dbid, "urbsfnr": fnr}
+    subs, subc = _inst_check(rep, urbi)
+    if subc:
+        return _status(
+            rep, [rnam], rnam or inam, "INST", "ERRO", urbsrsp=RSP, urbssubc=subc, **fields
+        )
+    targets = [rnam] + [d for s in subs for d in s.destinations]
+    key = subs[0].name
+    out = _status(rep, targets, key, "INST", "INIT", **fields)
+    flags = TxFlags(initial=True, token=token)
+    for sub in subs:
+        for tx in _pseudo_transactions(rep, sub, fnr, urbi.isns):
+            out += rep.send_transaction(sub, tx, 0, flags, sub.destinations)
+    return out + _status(rep, targets, key, "INST", "CMPL", **fields)
+
+
+def _inst_check(rep: Replicator, urbi: Element) -> tuple[list[Subscription], int]:
+    definition = rep.config.initial_state(urbi.urbiinam or "")
+    if definition is None:
+        return [], 9
+    if urbi.urbidbid != definition.dbid or urbi.urbifnr not in definition.files:
+        return [], 12
+    subc = _selection_error(definition, urbi)
+    if subc:
+        return [], subc
+    subs = [
+        s for s in rep.config.subscriptions if s.dbid == urbi.urbidbid and urbi.urbifnr in s.files
+    ]
+    return subs, 0 if subs else 70
+
+
+def _selection_error(definition: InitialStateDef, urbi: Element) -> int:
+    has_data = bool(urbi.urbilend)
+    if definition.selection == "all":
+        return 15 if has_data else 0
+    if not has_data:
+        return 19
+    if urbi.isns is None:
+        return 16
+    try:
+        validate_isns(urbi.isns)
+    except ValueError:
+        return 16
+    return 0
+
+
+def _pseudo_transactions(
+    rep: Replicator, sub: Subscription, fnr: int, isns: list[int | tuple[int, int]] | None
+) -> Iterator[Transaction]:
+    """The file's current records as pseudo-transactions of initial_state_chunk records."""
+    chunk: list[RecordChange] = []
+    for change in _selected(rep, sub, fnr, isns):
+        chunk.append(change)
+        if len(chunk) == rep.config.initial_state_chunk:
+            yield _pseudo(rep, sub, chunk)
+            chunk = []
+    if chunk:
+        yield _pseudo(rep, sub, chunk)
+
+
+def _pseudo(rep: Replicator, sub: Subscription, records: list[RecordChange]) -> Transaction:
+    commit = rep.clock.advance(50)
+    guid = INITIAL_STATE_GUID + stck(commit).to_bytes(8, "big") + bytes(12)
+    return Transaction(sub.name, sub.dbid, commit, rep.clock.advance(100), guid, tuple(records))
+
+
+def _selected(
+    rep: Replicator, sub: Subscription, fnr: int, isns: list[int | tuple[int, int]] | None
+) -> Iterator[RecordChange]:
+    records = rep.generator.file(sub.name, fnr)
+    existing = records.sorted_isns()
+    for item in [(existing[0], existing[-1])] if isns is None and existing else isns or []:
+        if isinstance(item, tuple):
+            lo, hi = bisect.bisect_left(existing, item[0]), bisect.bisect_right(existing, item[1])
+            chosen = existing[lo:hi]
+        else:
+            chosen = [item]
+        for isn in chosen:
+            time = rep.clock.advance(3)
+            values = records.values.get(isn)
+            if values is None:
+                yield RecordChange(fnr, isn, REFRESH, time, rsp=RSP_ISN_NOT_FOUND)
+            else:
+                after = encode_record(sub.layout, values, sub.encoding)
+                yield RecordChange(fnr, isn, REFRESH, time, after=after)
+
+
+_HANDLERS = {
+    "TRAN": _tran,
+    "STAT": _stat,
+    "INST": _inst,
+    "OPND": _destination,
+    "CLSD": _destination,
+}

@@ -1,0 +1,106 @@
+"""Where simulated messages go: Kafka topics, a length-prefixed file, or memory.
+
+The file format is the one the checks and the demo read: each message as a 4-byte big-endian
+length followed by the message bytes, in the order they were sent (all destinations mixed).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+from pipeline.sim.outbox import Delivery
+
+_PREFIX = struct.Struct(">I")
+
+
+@dataclass
+class Counts:
+    """What a sink has taken so far."""
+
+    messages: int = 0
+    bytes: int = 0
+
+    def add(self, delivery: Delivery) -> None:
+        self.messages += 1
+        self.bytes += len(delivery.value)
+
+
+class Sink(Protocol):
+    counts: Counts
+
+    def send(self, deliveries: Iterable[Delivery]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class FileSink:
+    """Messages as 4-byte big-endian length + bytes; topics and keys are not kept."""
+
+    def __init__(self, path: str | Path) -> None:
+        self._file: BinaryIO = Path(path).open("wb")  # noqa: SIM115 - closed by close()
+        self.counts = Counts()
+
+    def send(self, deliveries: Iterable[Delivery]) -> None:
+        for d in deliveries:
+            self._file.write(_PREFIX.pack(len(d.value)) + d.value)
+            self.counts.add(d)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class MemorySink:
+    """Keeps every delivery; for tests and in-process drivers."""
+
+    def __init__(self) -> None:
+        self.deliveries: list[Delivery] = []
+        self.counts = Counts()
+
+    def send(self, deliveries: Iterable[Delivery]) -> None:
+        for d in deliveries:
+            self.deliveries.append(d)
+            self.counts.add(d)
+
+    def close(self) -> None:
+        pass
+
+
+class KafkaSink:
+    """Produces each message to its destination's topic with the key the replicator implies."""
+
+    def __init__(self, bootstrap: str, **settings: str | int) -> None:
+        from confluent_kafka import Producer
+
+        conf: dict[str, str | int] = {"bootstrap.servers": bootstrap, "linger.ms": 5, **settings}
+        self._producer = Producer(conf)
+        self.counts = Counts()
+
+    def send(self, deliveries: Iterable[Delivery]) -> None:
+        for d in deliveries:
+            while True:
+                try:
+                    self._producer.produce(d.topic, key=d.key.encode(), value=d.value)
+                    break
+                except BufferError:  # local queue full: let the producer drain it
+                    self._producer.poll(0.1)
+            self.counts.add(d)
+        self._producer.poll(0)
+
+    def close(self) -> None:
+        remaining = self._producer.flush(30)
+        if remaining:
+            raise RuntimeError(f"{remaining} messages not delivered to Kafka")
+
+
+def read_messages(path: str | Path) -> Iterator[bytes]:
+    """The messages of a length-prefixed file, in order."""
+    data = Path(path).read_bytes()
+    at = 0
+    while at < len(data):
+        (length,) = _PREFIX.unpack_from(data, at)
+        yield data[at + 4 : at + 4 + length]
+        at += 4 + length
