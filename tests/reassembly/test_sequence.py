@@ -1,0 +1,230 @@
+"""tsnr sequence: next expected, wrap-around, duplicates, epochs, initial state."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.reassembly.events import (
+    DuplicateDropped,
+    EpochStarted,
+    GapOpened,
+    GapUnrecoverable,
+    LostContinuation,
+    StatusReceived,
+)
+from pipeline.reassembly.sequence import (
+    RING,
+    DupWindow,
+    Verdict,
+    classify,
+    to_tsnr,
+    unwrap,
+)
+from tests.reassembly.builders import Feed, Harness, resend_of, status, statuses, txn
+
+TOP = 4294967295
+
+
+def only(events: list, cls: type) -> list:
+    return [e for e in events if isinstance(e, cls)]
+
+
+@pytest.mark.parametrize(("tsnr", "ref", "expected"), [
+    (5, 5, 5), (7, 5, 7), (3, 5, 3), (1, TOP, TOP + 1), (TOP, TOP + 2, TOP),
+    (2, 2 * RING + 1, 2 * RING + 2),
+])
+def test_unwrap_finds_nearest_position(tsnr: int, ref: int, expected: int) -> None:
+    assert unwrap(tsnr, ref) == expected
+    assert to_tsnr(expected) == tsnr
+
+
+def test_window_forgets_oldest_and_counts_repeats() -> None:
+    w = DupWindow(3)
+    for t in (1, 2, 3, 1):
+        w.add(t, t * 10)
+    assert len(w) == 3 and w.contains(1, 10) and w.contains(2, 20) and not w.contains(1, 11)
+    w.add(4, 40)                      # window now (3, 1, 4)
+    assert not w.contains(2, 20) and not w.contains_tsnr(2)
+    assert w.contains(1, 10)          # the first (1, 10) left, the repeat is still inside
+    assert DupWindow.from_obj(3, w.to_obj()) == w
+
+
+@pytest.mark.parametrize(("tsnr", "flagged", "next_u", "missing", "verdict"), [
+    (0, False, 5, (), Verdict.INITIAL),
+    (9, False, None, (), Verdict.BASELINE),
+    (5, False, 5, (), Verdict.NEXT),
+    (8, False, 5, (), Verdict.AHEAD),
+    (3, False, 5, (3,), Verdict.FILL),
+    (3, True, 5, (), Verdict.STALE),
+    (3, False, 5, (), Verdict.RESTART),
+    (1, False, 5, (), Verdict.RESTART),
+    (1, True, 5, (), Verdict.STALE),
+    (1, False, TOP + 1, (), Verdict.NEXT),
+])
+def test_classify(tsnr: int, flagged: bool, next_u: int | None, missing: tuple,
+                  verdict: Verdict) -> None:
+    got, _ = classify(tsnr, 99, flagged, next_u, DupWindow(8), lambda u: u in missing)
+    assert got is verdict
+
+
+def test_classify_duplicate_needs_same_content_unless_flagged() -> None:
+    w = DupWindow(8)
+    w.add(4, 111)
+    assert classify(4, 111, False, 5, w, lambda u: False)[0] is Verdict.DUPLICATE
+    assert classify(4, 222, True, 5, w, lambda u: False)[0] is Verdict.DUPLICATE
+    assert classify(4, 222, False, 5, w, lambda u: False)[0] is Verdict.RESTART
+
+
+def test_first_tsnr_starts_sequence_without_gap() -> None:
+    h = Harness()
+    events = h.feed(Feed().send(txn(500), txn(501)))
+    assert h.landed(events) == [500, 501] and only(events, GapOpened) == []
+
+
+def test_wrap_around_continues_in_same_epoch() -> None:
+    h = Harness()
+    events = h.feed(Feed().send(txn(TOP - 1), txn(TOP), txn(1), txn(2)))
+    assert h.landed(events) == [TOP - 1, TOP, 1, 2]
+    assert only(events, EpochStarted) == [] and only(events, GapOpened) == []
+    assert {e.epoch for e in h.of(type(events[0]))} == {0}
+
+
+def test_gap_across_wrap() -> None:
+    h = Harness()
+    events = h.feed(Feed().send(txn(TOP - 1), txn(2)))
+    [gap] = only(events, GapOpened)
+    assert (gap.from_tsnr, gap.to_tsnr, gap.missing) == (TOP, 1, (TOP, 1))
+    assert only(events, EpochStarted) == []
+
+
+def test_resent_duplicate_of_landed_tsnr_is_dropped_and_counted() -> None:
+    h = Harness()
+    feed = Feed()
+    h.feed(feed.send(txn(1), txn(2), txn(3)))
+    events = h.feed(feed.send(txn(2, rsnd=True), resend_of(txn(3)), txn(4)))
+    assert h.landed(events) == [4]
+    assert [e.tsnr for e in only(events, DuplicateDropped)] == [2, 3]
+    assert h.state.counters["duplicates"] == 2
+
+
+def test_exact_replay_of_a_message_is_dropped() -> None:
+    """A producer retry: the same transaction again without any flag, same content."""
+    h = Harness()
+    feed = Feed()
+    h.feed(feed.send(txn(1), txn(2)))
+    events = h.feed(feed.send(txn(2), txn(3)))
+    assert h.landed(events) == [3]
+    assert [e.tsnr for e in only(events, DuplicateDropped)] == [2]
+    assert only(events, EpochStarted) == []
+
+
+def test_duplicate_of_continued_transaction_skips_all_its_messages() -> None:
+    h = Harness()
+    feed = Feed()
+    h.feed(feed.send(txn(1, 3), cuts=[3, 6]))
+    events = h.feed(feed.send(txn(1, 3), txn(2), cuts=[3, 6]))
+    assert h.landed(events) == [2]
+    assert only(events, LostContinuation) == []
+    assert len(only(events, DuplicateDropped)) == 1
+
+
+def test_duplicate_older_than_window_with_flag_is_stale_not_restart() -> None:
+    from pipeline.reassembly.config import ReassemblyConfig
+
+    h = Harness(ReassemblyConfig(duplicate_window=2))
+    feed = Feed()
+    h.feed(feed.send(*(txn(i) for i in range(1, 6))))
+    events = h.feed(feed.send(txn(2, rsnd=True), txn(6)))
+    assert h.landed(events) == [6]
+    assert only(events, EpochStarted) == []
+    assert "stale" in only(events, DuplicateDropped)[0].reason
+
+
+@pytest.mark.parametrize("st", ["STRT", "REST"])
+def test_restart_status_begins_new_epoch_without_false_gap(st: str) -> None:
+    h = Harness()
+    feed = Feed()
+    h.feed(feed.send(txn(41), txn(42)))
+    events = h.feed(statuses(feed, status(st)) + feed.send(txn(1), txn(2)))
+    [ep] = only(events, EpochStarted)
+    assert (ep.epoch, ep.previous_epoch, ep.reason, ep.previous_next_tsnr) == (1, 0, st, 43)
+    assert h.landed(events) == [1, 2]
+    assert only(events, GapOpened) == []
+    assert {e.epoch for e in h.of(type(h.events[0]))} == {0, 1}
+    assert only(events, StatusReceived)[0].epoch == 1
+
+
+def test_restart_status_then_missing_first_tsnrs_is_a_gap() -> None:
+    h = Harness()
+    feed = Feed()
+    events = h.feed(statuses(feed, status("STRT")) + feed.send(txn(3)))
+    [gap] = only(events, GapOpened)
+    assert (gap.from_tsnr, gap.to_tsnr, gap.epoch) == (1, 2, 1)
+
+
+def test_repeated_start_status_is_one_epoch() -> None:
+    h = Harness()
+    feed = Feed()
+    events = h.feed(statuses(feed, status("STRT"), status("STRT")) + feed.send(txn(1)))
+    assert len(only(events, EpochStarted)) == 1
+
+
+def test_tsnr_back_to_one_begins_new_epoch() -> None:
+    h = Harness()
+    feed = Feed()
+    h.feed(feed.send(txn(7), txn(8)))
+    events = h.feed(feed.send(txn(1, ttim=5), txn(2, ttim=6)))
+    [ep] = only(events, EpochStarted)
+    assert ep.reason == "tsnr back to 1"
+    assert h.landed(events) == [1, 2] and only(events, GapOpened) == []
+
+
+def test_tsnr_backwards_not_duplicate_begins_new_epoch() -> None:
+    h = Harness()
+    feed = Feed()
+    h.feed(feed.send(txn(70), txn(71)))
+    events = h.feed(feed.send(txn(4, ttim=5)))
+    [ep] = only(events, EpochStarted)
+    assert "went back to 4" in ep.reason
+    assert h.landed(events) == [4]
+    assert [(g.from_tsnr, g.to_tsnr) for g in only(events, GapOpened)] == [(1, 3)]
+
+
+def test_restart_closes_old_gaps_and_loses_open_transaction_without_request() -> None:
+    h = Harness()
+    feed = Feed()
+    h.feed(feed.send(txn(1), txn(5)))                      # gap 2..4 requested
+    first = [r for r in feed.send(txn(6, 2), cuts=[3]) if r.offset == feed.offset - 2]
+    h.feed(first)
+    before = len(h.of(type(h.events[0])))
+    events = h.feed(statuses(feed, status("REST")))
+    assert [e.tsnr for e in only(events, LostContinuation)] == [6]
+    closed = only(events, GapUnrecoverable)
+    assert {(g.from_tsnr, g.to_tsnr) for g in closed} == {(2, 4), (6, 6)}
+    assert all("restarted" in g.reason for g in closed)
+    from pipeline.reassembly.events import GapRequested
+    assert only(events, GapRequested) == []
+    assert h.state.gaps == [] and h.state.epoch == 1
+    assert len(h.of(type(h.events[0]))) == before
+
+
+def test_initial_state_is_outside_the_sequence() -> None:
+    h = Harness()
+    feed = Feed()
+    h.feed(feed.send(txn(10)))
+    events = h.feed(feed.send(txn(0, 3, images=("A",), inst=True, token="TOKEN1"),
+                              txn(0, 1, inst=True, ttim=77), txn(11)))
+    assert h.landed(events) == [0, 0, 11]
+    initial = [e for e in h.of(type(h.events[0]), events) if e.tsnr == 0]
+    assert all(e.origin == "initial_state" and e.initial_state for e in initial)
+    assert initial[0].token == "TOKEN1"
+    assert only(events, GapOpened) == [] and only(events, EpochStarted) == []
+
+
+def test_initial_state_before_any_live_transaction_does_not_set_baseline() -> None:
+    h = Harness()
+    feed = Feed()
+    h.feed(feed.send(txn(0, inst=True)))
+    assert h.state.next_u is None
+    events = h.feed(feed.send(txn(300)))
+    assert only(events, GapOpened) == []
