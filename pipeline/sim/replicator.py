@@ -143,8 +143,8 @@ class Replicator:
         else:
             out += self._send_bodies(sub, self.packers[sub.name].add(parts))
         if hits["duplicate"]:
-            again = transaction_parts(tx, tsnr, sub, self.config.replicator_id, TxFlags(rsnd=True))
-            out += self._send_alone(sub, again, sub.destinations)
+            again = TxFlags(rsnd=True)
+            out += self.send_transaction(sub, tx, tsnr, again, sub.destinations)
         if self.config.c5_rate and self.rng.random() < self.config.c5_rate:
             out += self.c5(sub)
         return out
