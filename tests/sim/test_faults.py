@@ -155,7 +155,7 @@ def test_corrupt_damages_exactly_one_message(cfg: SimConfig) -> None:
 def test_corruption_is_mostly_detectable() -> None:
     cfg = default_config().model_copy(update={"max_message_size": 600})
     detected = 0
-    for seed in range(20):
+    for seed in range(10):
         clean = run(cfg, seed=seed)
         faulty = run(cfg, seed=seed, corrupt=1)
         (bad,) = [f for c, f in zip(clean, faulty, strict=True) if c != f]
@@ -164,7 +164,7 @@ def test_corruption_is_mostly_detectable() -> None:
             detected += bool(message.warnings)
         except UrbFormatError:
             detected += 1
-    assert detected >= 10
+    assert detected >= 5
 
 
 def test_wrap_goes_from_max_to_one(cfg: SimConfig) -> None:
