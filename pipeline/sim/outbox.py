@@ -7,6 +7,7 @@ way a replicator with an SLOG keeps them), numbering them when they are finally 
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -16,6 +17,17 @@ from pipeline.sim.model import Encoding, SimConfig
 from pipeline.urb import encode_message, make_element
 
 Body = list[Part]
+
+
+_STAMP = {True: struct.Struct(">IQ"), False: struct.Struct("<IQ")}
+_MSNR_AT = 16  # URBHMSNR, then URBHTIME: fixed offsets of the URBH DSECT
+
+
+def _restamp(message: bytes, msnr: int, time: int, *, big_endian: bool) -> bytes:
+    """The same message with another URBHMSNR and URBHTIME."""
+    data = bytearray(message)
+    _STAMP[big_endian].pack_into(data, _MSNR_AT, msnr, time)
+    return bytes(data)
 
 
 class Delivery(NamedTuple):
@@ -36,6 +48,7 @@ class Outbox:
         self.msnr: dict[str, int] = dict.fromkeys(self._topics, 0)
         self.closed: set[str] = set()
         self._held: dict[str, list[tuple[str, Body, Encoding]]] = {n: [] for n in self._topics}
+        self._last: tuple[Body, Encoding, bytes] | None = None
         self.on_message: Callable[[str, Body, bytes], bytes | None] | None = None
 
     def topic(self, destination: str) -> str:
@@ -64,16 +77,23 @@ class Outbox:
         return [Delivery(self._topics[destination], key, value)]
 
     def encode(self, destination: str, body: Body, encoding: Encoding) -> bytes:
+        """The message for one destination; a body sent to several is encoded only once."""
+        msnr, time = self.msnr[destination], stck(self._clock.now())
+        last = self._last
+        if last is not None and last[0] is body and last[1] == encoding:
+            return _restamp(last[2], msnr, time, big_endian=encoding == "ebcdic")
         header = make_element(
             "URBH",
-            urbhmsnr=self.msnr[destination],
-            urbhtime=stck(self._clock.now()),
+            urbhmsnr=msnr,
+            urbhtime=time,
             urbhrpid=self._config.replicator_id,
             urbhname=self._config.replicator_name,
         )
         ebcdic = encoding == "ebcdic"
         elements = [p.element() for p in body]
-        return encode_message(header, elements, ebcdic=ebcdic, big_endian=ebcdic)
+        value = encode_message(header, elements, ebcdic=ebcdic, big_endian=ebcdic)
+        self._last = (body, encoding, value)
+        return value
 
     def close(self, destination: str) -> None:
         self.closed.add(destination)

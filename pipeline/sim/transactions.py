@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pipeline.sim.clock import Clock, stck
 from pipeline.sim.model import SimConfig, Subscription
-from pipeline.sim.payloads import Value, encode_record, random_record
+from pipeline.sim.payloads import Value, encode_record, random_record, random_value
 
 INSERT, UPDATE, DELETE, REFRESH = "I", "U", "D", "R"
 RSP_ISN_NOT_FOUND = 113
@@ -157,9 +157,8 @@ class TransactionGenerator:
 
     def _modified(self, sub: Subscription, old: dict[str, Value]) -> dict[str, Value]:
         new = dict(old)
-        changed = random_record(sub.layout, self._rng)
         for f in self._rng.sample(sub.layout, self._rng.randint(1, len(sub.layout))):
-            new[f.name] = changed[f.name]
+            new[f.name] = random_value(f, self._rng)
         return new
 
     @staticmethod
