@@ -86,28 +86,23 @@ def test_tran_without_destination_goes_to_all_of_the_subscription(encoding: str)
 
 
 def test_tran_35_when_the_transaction_left_the_buffer(encoding: str) -> None:
-    buffers = ({"name": "RESEND1", "size": 4000},)
     cfg = config(encoding)
-    small = cfg.model_copy(
-        update={
-            "resend_buffers": (
-                cfg.resend_buffers[0].model_copy(update={"size": buffers[0]["size"]}),
-            )
-        }
-    )
-    rep = Replicator(small, seed=3)
+    small = cfg.resend_buffers[0].model_copy(update={"size": 8000})
+    rep = Replicator(cfg.model_copy(update={"resend_buffers": (small,)}), seed=3)
     rep.run(200)
-    assert rep.buffers["RESEND1"].used <= 4000
-    kept = rep.buffers["RESEND1"].tsnrs("COLOR")
-    assert kept and kept[0] > 1
-    req = requests.tran("COLOR", "OUT1", 1, rnam="REPLY", rtok="T", **form(encoding))
+    buffer = rep.buffers["RESEND1"]
+    assert 0 < buffer.used <= 8000
+    kept = buffer.tsnrs("EMPLOYEE")
+    assert kept and kept[0] > 1 and kept == list(range(kept[0], kept[-1] + 1))
+    req = requests.tran("EMPLOYEE", "OUT2", 1, rnam="REPLY", rtok="T", **form(encoding))
     out = decode_all(rep.answer(req))
-    assert {r.topic for r in out} == {"urb.replies", "urb.out1"}  # reply and named destination
+    assert {r.topic for r in out} == {"urb.replies", "urb.out2"}  # reply and named destination
     for r in out:
         s = r.first
         assert (s.urbsst, s.urbsrsp, s.urbssubc, s.urbstsnr) == ("TRSP", 131, 35, 1)
-    ok = decode_all(rep.answer(requests.tran("COLOR", "OUT1", kept[-1], **form(encoding))))
-    assert ok and ok[0].first.eye == "URBT"
+    req = requests.tran("EMPLOYEE", "OUT2", kept[0], **form(encoding))
+    ok = decode_all(rep.answer(req))
+    assert ok and ok[0].first.eye == "URBT" and ok[0].first.urbttsnr == kept[0]
 
 
 def test_tran_34_when_the_subscription_has_no_resend_buffer(encoding: str) -> None:
