@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from pipeline.sim.clock import WallClock
-from pipeline.sim.config import default_config, load_config
+from pipeline.sim.config import default_config, load_config, load_settings_config
 from pipeline.sim.faults import KINDS, FaultPlan
 from pipeline.sim.load import KafkaRequests, LoadOptions, drive
 from pipeline.sim.model import SimConfig
@@ -51,7 +51,14 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--kafka", metavar="BOOTSTRAP", help="produce to Kafka (host:port)")
 
     what = p.add_argument_group("stream")
-    what.add_argument("--config", metavar="YAML", help="subscriptions etc. (default: built-in)")
+    conf = what.add_mutually_exclusive_group()
+    conf.add_argument("--config", metavar="YAML", help="simulator definitions (default: built-in)")
+    conf.add_argument(
+        "--settings",
+        metavar="CONF",
+        help="derive destinations, topics and subscriptions from the job's "
+        "conf file (e.g. conf/local.yaml)",
+    )
     what.add_argument(
         "--transactions",
         type=int,
@@ -130,7 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _config(args: argparse.Namespace) -> SimConfig:
-    config = load_config(args.config) if args.config else default_config()
+    if args.settings:
+        config = load_settings_config(args.settings)
+    else:
+        config = load_config(args.config) if args.config else default_config()
     if args.encoding:
         config = config.with_encoding(args.encoding)
     update: dict[str, object] = {}

@@ -35,11 +35,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from pipeline.sim.model import SimConfig
+
+if TYPE_CHECKING:
+    from pipeline.config import Settings
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KkMm]?)\s*$")
 
@@ -64,6 +67,7 @@ _ORDERS = [
 ]
 
 DEFAULT: dict[str, Any] = {
+    "c5_rate": 0.02,
     "destinations": [
         {"name": "OUT1", "topic": "urb.out1"},
         {"name": "OUT2", "topic": "urb.out2"},
@@ -106,6 +110,9 @@ DEFAULT: dict[str, Any] = {
 }
 
 
+_LAYOUTS = {"COLOR": _COLOR, "EMPLOYEE": _EMPLOYEE, "ORDERS": _ORDERS}
+
+
 def parse_size(value: int | str) -> int:
     """Bytes from 2048, '2048K' or '2M'."""
     if isinstance(value, int):
@@ -137,3 +144,55 @@ def load_config(path: str | Path) -> SimConfig:
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: expected a mapping at the top level")
     return build_config(raw)
+
+
+def from_settings(settings: Settings) -> SimConfig:
+    """The simulator that matches the job's own settings (conf/*.yaml of pipeline.config).
+
+    Destinations and topics come from topics.outputs and the reply destination/topic, the
+    request topic from topics.requests, subscriptions from the subscriptions section (payload
+    layouts: the built-in one of the same name, else the ORDERS one), one shared resend buffer
+    for the subscriptions that have resend_buffer set, and one initial-state definition
+    (selection all) per subscription that names one.
+    """
+    topics = settings.topics
+    if not topics.outputs:
+        raise ValueError("the simulator needs topics.outputs (topic: destination), not a pattern")
+    reply = settings.replicator.reply_destination
+    destinations = [{"name": d, "topic": t} for t, d in topics.outputs.items()]
+    destinations.append({"name": reply, "topic": topics.replies})
+    subs = [_subscription(s) for s in settings.subscriptions]
+    states = [
+        {"name": s.initial_state, "dbid": s.dbid, "files": s.files, "selection": "all"}
+        for s in settings.subscriptions
+        if s.initial_state
+    ]
+    return build_config(
+        {
+            **{k: v for k, v in DEFAULT.items() if k not in ("subscriptions", "initial_states")},
+            "destinations": list({d["name"]: d for d in destinations}.values()),
+            "request_topic": topics.requests,
+            "subscriptions": subs,
+            "initial_states": states,
+        }
+    )
+
+
+def _subscription(sub: Any) -> dict[str, Any]:
+    return {
+        "name": sub.name,
+        "destinations": sub.destinations,
+        "dbid": sub.dbid,
+        "files": sub.files,
+        "encoding": "ebcdic" if sub.ebcdic else "ascii",
+        "images": sub.images,
+        "resend_buffer": "RESEND1" if sub.resend_buffer else None,
+        "layout": _LAYOUTS.get(sub.name, _ORDERS),
+    }
+
+
+def load_settings_config(path: str | Path) -> SimConfig:
+    """from_settings for a pipeline conf file (environment overrides apply as in the job)."""
+    from pipeline.config import load_settings
+
+    return from_settings(load_settings(path))

@@ -149,3 +149,23 @@ def test_default_config_has_what_the_tests_rely_on() -> None:
     assert cfg.destination("REPLY").topic == "urb.replies"
     assert cfg.request_topic == "urb.requests"
     assert cfg.subscription("ORDERS").resend_buffer is None
+
+
+def test_config_from_the_jobs_settings() -> None:
+    from pipeline.config import load_settings
+    from pipeline.sim.config import from_settings
+
+    settings = load_settings(Path(__file__).resolve().parents[2] / "conf" / "test.yaml", env={})
+    cfg = from_settings(settings)
+    topics = {d.name: d.topic for d in cfg.destinations}
+    for topic, dest in settings.topics.outputs.items():
+        assert topics[dest] == topic
+    assert topics[settings.replicator.reply_destination] == settings.topics.replies
+    assert cfg.request_topic == settings.topics.requests
+    for sub in settings.subscriptions:
+        ours = cfg.subscription(sub.name)
+        assert ours.encoding == ("ebcdic" if sub.ebcdic else "ascii")
+        assert list(ours.files) == sub.files and list(ours.destinations) == sub.destinations
+        assert (ours.resend_buffer is not None) == sub.resend_buffer
+        if sub.initial_state:
+            assert cfg.initial_state(sub.initial_state) is not None

@@ -192,8 +192,9 @@ def test_c5da_now_and_then(encoding: str) -> None:
         )
 
 
-def test_no_c5da_by_default(encoding: str) -> None:
-    assert not [r for r in run(config(encoding), 100) if r.status == "C5DA"]
+def test_c5da_off_when_rate_is_zero(encoding: str) -> None:
+    assert default_config().c5_rate > 0  # the built-in set sends C5DA now and then
+    assert not [r for r in run(config(encoding, c5_rate=0.0), 100) if r.status == "C5DA"]
 
 
 def test_same_seed_same_bytes() -> None:
