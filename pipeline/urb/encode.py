@@ -37,6 +37,7 @@ _EXTRAS: Mapping[str, frozenset[str]] = {
     "URBI": frozenset({"data"}),
     "URBF": frozenset({"groups"}),
 }
+_MAX_LENGTH = 0x7FFFFFFF  # length fields are signed fullwords
 _DEFAULTS = {"C": "", "U": 0, "I": 0, "T": 0, "X": b""}
 
 
@@ -258,6 +259,12 @@ class _Encoder:
             if f.get(lname) is None or f[lname] < 0:
                 f[lname] = _align(lenh + max(f[dname] or 0, 0))
             length = f[lname]
+            if eye == "URBF":
+                groups = getattr(el, "groups", None) or []
+                if len(groups) != (f.get("urbfcntg") or 0):
+                    raise ValueError(f"URBF: URBFCNTG={f.get('urbfcntg')} but {len(groups)} groups")
+            if not 0 <= length <= _MAX_LENGTH:
+                raise ValueError(f"{eye}: {lname.upper()}={length} outside 0..{_MAX_LENGTH}")
             if eye != "URBF" and len(data) != f[dname]:
                 raise ValueError(f"{eye}: {dname.upper()}={f[dname]} but data is {len(data)} bytes")
             if lenh + len(data) > length:
@@ -271,8 +278,8 @@ class _Encoder:
         if f.get(lname) is None:
             f[lname] = layout.size
         length = f[lname]
-        if length < 8:
-            raise ValueError(f"{eye}: {lname.upper()}={length} is below 8")
+        if not 8 <= length <= _MAX_LENGTH:
+            raise ValueError(f"{eye}: {lname.upper()}={length} outside 8..{_MAX_LENGTH}")
         buf = bytearray(length)
         self.fixed(layout, f, length, eye, buf, 0)
         return bytes(buf)
@@ -280,8 +287,6 @@ class _Encoder:
     def _groups(self, el: Element, f: dict[str, Any], buf: bytearray, start: int) -> None:
         groups: Sequence[Element] = getattr(el, "groups", None) or []
         size = f.get("urbfleng") or self.layouts["URBG"].size
-        if len(groups) != (f.get("urbfcntg") or 0):
-            raise ValueError(f"URBF: URBFCNTG={f.get('urbfcntg')} but {len(groups)} groups")
         if start + len(groups) * size > len(buf):
             raise ValueError("URBF: groups do not fit into URBFLEN")
         for i, g in enumerate(groups):

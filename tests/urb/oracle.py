@@ -73,6 +73,6 @@ class Oracle:
 def normalise(value: Any) -> Any:
     if isinstance(value, str):
         return value.rstrip(" \x00")
-    if isinstance(value, bytes) and len(value) == 1:
-        return value[0]
+    if isinstance(value, bytes | bytearray):
+        return value[0] if len(value) == 1 else bytes(value)
     return value
