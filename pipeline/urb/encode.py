@@ -236,7 +236,7 @@ class _Encoder:
     def element(self, el: Element) -> bytes:
         eye = el.eye
         layout = self.layouts.get(eye)
-        if layout is None or eye == "URBG":
+        if layout is None or eye in ("URBG", "URBH"):
             raise ValueError(f"cannot encode element type {eye!r}")
         f = dict(el.fields)
         f[f"{eye.lower()}eye"] = eye
