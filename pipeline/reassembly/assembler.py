@@ -36,6 +36,7 @@ class Partial:
     dsnr: int = 0          # last URBDDSNR of the current record (0 right after its URBR)
     nimg: int = 0          # URBDs seen for the current record
     nbytes: int = 0        # payload bytes buffered
+    msnrs: list[int] = field(default_factory=list)  # URBHMSNR of the messages it came in
 
     @property
     def rcnt(self) -> int:
@@ -64,7 +65,7 @@ def start(row: ElementRow, now_ms: int) -> Partial:
     return Partial(
         tsnr=row.num("urbttsnr"), head=head, token=row.char("urbtrtok"),
         sent_time=row.urbhtime, topic=row.topic, first=coords, last=coords,
-        cont=row.flag("urbtcont"), touched_ms=now_ms,
+        cont=row.flag("urbtcont"), touched_ms=now_ms, msnrs=[row.urbhmsnr],
     )
 
 
@@ -133,8 +134,18 @@ def continue_with(p: Partial, row: ElementRow, now_ms: int) -> str | None:
         return f"URBC continues at (rsnr, dsnr) {pos}, transaction stopped at {_stop(p)}"
     p.cont = row.flag("urbccont")
     p.touched_ms = now_ms
+    p.msnrs.append(row.urbhmsnr)
     _touch(p, row)
     return None
+
+
+def repeats(p: Partial, row: ElementRow) -> bool:
+    """The message of ``row`` is one this transaction already came in (a producer retry).
+
+    URBHMSNR numbers messages per destination, so a message carrying a number already used
+    by the open transaction is the same message delivered twice, not new data.
+    """
+    return row.urbhmsnr != 0 and row.urbhmsnr in p.msnrs
 
 
 def _stop(p: Partial) -> tuple[int, int]:

@@ -70,6 +70,9 @@ class _Run:
     def message(self, msg: tuple[ElementRow, ...]) -> None:
         """One Kafka message: check how it continues the open transaction, then its elements."""
         first = msg[0]
+        if self._repeated(first):
+            self._duplicate(_tsnr_of(first), f"message {first.urbhmsnr} delivered again", first)
+            return
         if first.eye == "URBC":
             self._continuation(first)
         elif first.eye in DATA_EYES:
@@ -79,6 +82,25 @@ class _Run:
         for row in msg[1:] if first.eye == "URBC" else msg:
             self._element(row)
         self._end_of_message()
+
+    def _repeated(self, first: ElementRow) -> bool:
+        """A message delivered again (producer retry) while a transaction is open.
+
+        Skipped whole so that it cannot break the open transaction: it is one the open
+        transaction already came in, or it starts with (a continuation of) a transaction that
+        has already landed.
+        """
+        p = self.st.partial
+        if p is None or first.eye not in DATA_EYES:
+            return False
+        if assembler.repeats(p, first):
+            return True
+        tsnr = _tsnr_of(first)
+        if first.eye == "URBC":
+            return tsnr != p.tsnr and self.st.window.contains_tsnr(tsnr)
+        if first.eye == "URBT":
+            return tsnr != 0 and self.st.window.contains(tsnr, assembler.urbt_fingerprint(first))
+        return False
 
     def _end_of_message(self) -> None:
         """Rule 5: without URBE, the counts alone may end a transaction not marked to continue."""
@@ -413,6 +435,10 @@ class _Run:
         if p is not None and timeout is not None:
             deadlines.append(p.touched_ms + timeout)
         return max(min(deadlines), self.now + 1) if deadlines else None
+
+
+def _tsnr_of(row: ElementRow) -> int:
+    return row.num("urbctsnr") if row.eye == "URBC" else row.num("urbttsnr")
 
 
 def _where(row: ElementRow | None, p: assembler.Partial | None) -> tuple[str, int, int]:

@@ -15,6 +15,8 @@ from enum import StrEnum
 
 RING = 0xFFFFFFFF  # number of valid tsnrs: 1 .. 4294967295 (0 is initial state)
 HALF = RING // 2
+# tsnr 1 while this close below the wrap is the wrap (with lost tsnrs), not a restart
+WRAP_ZONE = 1 << 20
 
 
 def to_tsnr(u: int) -> int:
@@ -141,6 +143,6 @@ def classify(
         return Verdict.NEXT, u
     if flagged:
         return (Verdict.STALE if u < next_u else Verdict.AHEAD), u
-    if tsnr == 1 or u < next_u:
+    if u < next_u or (tsnr == 1 and u - next_u > WRAP_ZONE):
         return Verdict.RESTART, None
     return Verdict.AHEAD, u

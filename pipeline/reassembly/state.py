@@ -112,7 +112,7 @@ def _images_from(objs: list[list], blob: memoryview) -> list[ImageOut]:
 
 
 _PARTIAL_PLAIN = ("tsnr", "head", "token", "sent_time", "topic", "first", "last", "cont",
-                  "touched_ms", "dsnr", "nimg", "nbytes")
+                  "touched_ms", "dsnr", "nimg", "nbytes", "msnrs")
 
 
 def _partial_obj(p: Partial, blob: bytearray) -> dict:

@@ -142,18 +142,18 @@ class Feed:
     time: int = field(default_factory=lambda: stck(1_000_000))
     convention: str = "next"
 
-    def message(self, elems: Iterable[Elem]) -> list[ElementRow]:
-        """One Kafka message holding ``elems``."""
+    def message(self, elems: Iterable[Elem], msnr: int | None = None) -> list[ElementRow]:
+        """One Kafka message holding ``elems`` (``msnr``: repeat an earlier message's number)."""
         rows = [
             ElementRow(
                 topic=self.topic, partition=self.partition, offset=self.offset, elem_index=i,
-                urbhmsnr=self.msnr, urbhtime=self.time, eye=e.eye,
+                urbhmsnr=self.msnr if msnr is None else msnr, urbhtime=self.time, eye=e.eye,
                 fields={k: v for k, v in e.fields.items() if not k.startswith("_")},
                 payload=e.payload, data=e.data)
             for i, e in enumerate(elems)
         ]
         self.offset += 1
-        self.msnr += 1
+        self.msnr += msnr is None
         self.time += 1000 << 12
         return rows
 
@@ -211,6 +211,12 @@ def _set_continuation_flags(msgs: list[list[Elem]]) -> None:
         if last_open is None or msg[-1].eye == "URBE":
             continue
         last_open.fields["urbtcont" if last_open.eye == "URBT" else "urbccont"] = "Y"
+
+
+def redeliver(feed: Feed, msg: list[ElementRow]) -> list[ElementRow]:
+    """The same message again at a new offset, as a producer retry delivers it."""
+    elems = [Elem(r.eye, dict(r.fields), r.payload, r.data) for r in msg]
+    return feed.message(elems, msnr=msg[0].urbhmsnr)
 
 
 def statuses(feed: Feed, *elems: Elem) -> list[ElementRow]:

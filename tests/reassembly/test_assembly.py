@@ -219,3 +219,18 @@ def test_row_order_inside_batch_does_not_matter() -> None:
 
 def _as_dict(r: ElementRow) -> dict:
     return {name: getattr(r, name) for name in ElementRow.__slots__}
+
+
+def test_redelivered_continuation_message_is_dropped() -> None:
+    from pipeline.reassembly.events import DuplicateDropped
+    from tests.reassembly.builders import redeliver
+
+    feed = Feed()
+    rows = feed.send(txn(1, 2), cuts=[3, 5])
+    msgs = [[r for r in rows if r.offset == o] for o in range(3)]
+    h = Harness()
+    events = h.feed(msgs[0] + msgs[1] + redeliver(feed, msgs[1]) + redeliver(feed, msgs[0])
+                    + msgs[2])
+    assert h.landed(events) == [1]
+    assert len(only(events, DuplicateDropped)) == 2
+    assert only(events, LostContinuation) == []

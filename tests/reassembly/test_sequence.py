@@ -60,6 +60,8 @@ def test_window_forgets_oldest_and_counts_repeats() -> None:
     (1, False, 5, (), Verdict.RESTART),
     (1, True, 5, (), Verdict.STALE),
     (1, False, TOP + 1, (), Verdict.NEXT),
+    (1, False, TOP - 5, (), Verdict.AHEAD),          # the wrap, tsnrs before it lost
+    (1, False, TOP - (1 << 21), (), Verdict.RESTART),
 ])
 def test_classify(tsnr: int, flagged: bool, next_u: int | None, missing: tuple,
                   verdict: Verdict) -> None:
@@ -95,6 +97,14 @@ def test_gap_across_wrap() -> None:
     [gap] = only(events, GapOpened)
     assert (gap.from_tsnr, gap.to_tsnr, gap.missing) == (TOP, 1, (TOP, 1))
     assert only(events, EpochStarted) == []
+
+
+def test_gap_just_before_wrap_is_not_a_restart() -> None:
+    h = Harness()
+    events = h.feed(Feed().send(txn(TOP - 3), txn(1)))
+    assert only(events, EpochStarted) == []
+    [gap] = only(events, GapOpened)
+    assert (gap.from_tsnr, gap.to_tsnr) == (TOP - 2, TOP)
 
 
 def test_resent_duplicate_of_landed_tsnr_is_dropped_and_counted() -> None:
