@@ -69,7 +69,7 @@ class KeyState:
         }
         text = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
         body = struct.pack(">I", len(text)) + text + bytes(blob)
-        return MAGIC + bytes([VERSION]) + zlib.compress(body, 6)
+        return MAGIC + bytes([VERSION]) + zlib.compress(body, 1)  # rewritten every batch: fast
 
     @classmethod
     def from_bytes(cls, data: bytes) -> KeyState:
