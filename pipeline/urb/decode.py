@@ -2,8 +2,9 @@
 
 The loop is written for speed because the Spark decode stage runs it on every Kafka message:
 the whole message is decoded to text once (single-byte code pages keep byte and character
-offsets equal), each element costs one ``unpack_from`` for its binary fields, one C-level
-slice-and-strip pass for its character fields and one ``dict(zip(...))``.  Everything else
+offsets equal), each element costs one dispatch lookup and one generated builder call (one
+``unpack_from`` for the binary fields, one slice and strip per character field, one dict
+display; see ``layouts._builder``).  Everything else
 (URBD payload, URBS data, URBF groups, URBI ISN lists) is done only for the kinds that have it.
 
 Every malformed input raises :class:`UrbFormatError`; nothing is read outside an element's own
@@ -15,9 +16,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
-from .codepages import ASCII_CODEC, check_codepage, decode_text
+from .codepages import ASCII_CODEC, LATIN1_TABLES, check_codepage, decode_text
 from .element import Element, Message
 from .errors import UrbFormatError
 from .layouts import (
@@ -40,25 +41,7 @@ _MIN_HEADER = 16  # URBHLENT must be inside the header
 _ELEMENT_MIN = 8  # eye-catcher + length
 _RANGE = 0xFFFFFFFF
 
-_EYELEN_BIG = struct.Struct(">4si").unpack_from
-_EYELEN_LITTLE = struct.Struct("<4si").unpack_from
 _new = object.__new__
-
-
-def _dispatch(layouts: Mapping[str, Layout], codec: str) -> Mapping[bytes, Layout]:
-    return MappingProxyType({eye.encode(codec): layouts[eye] for eye in ELEMENT_TABLES})
-
-
-# (ebcdic, big_endian) -> eye-catcher bytes -> compiled layout.  Eye-catchers are upper-case
-# letters, which every supported EBCDIC code page encodes alike.
-_DISPATCH: Mapping[tuple[bool, bool], Mapping[bytes, Layout]] = MappingProxyType(
-    {
-        (True, True): _dispatch(BIG, "cp037"),
-        (True, False): _dispatch(LITTLE, "cp037"),
-        (False, True): _dispatch(BIG, "ascii"),
-        (False, False): _dispatch(LITTLE, "ascii"),
-    }
-)
 
 
 def _fields(layout: Layout, data: bytes, text: str, off: int, length: int) -> dict[str, Any]:
@@ -123,12 +106,11 @@ def parse_isn_list(data: bytes, big_endian: bool) -> list[int | tuple[int, int]]
 class _Ctx:
     """Per-message decoding context handed to the per-kind post-processors."""
 
-    __slots__ = ("big", "codec", "data", "text", "warnings")
+    __slots__ = ("big", "data", "text", "warnings")
 
-    def __init__(self, data: bytes, text: str, codec: str, big: bool, warnings: list[str]):
+    def __init__(self, data: bytes, text: str, big: bool, warnings: list[str]):
         self.data = data
         self.text = text
-        self.codec = codec
         self.big = big
         self.warnings = warnings
 
@@ -199,52 +181,97 @@ _POST: Mapping[str, _Post] = MappingProxyType(
 )
 
 
+class _Form(NamedTuple):
+    """Everything that depends on the message form, chosen once per message from its header."""
+
+    ebcdic: bool
+    big: bool
+    header: Layout
+    # eye-catcher bytes -> (layout, post-processor or None).  Eye-catchers are upper-case
+    # letters, which every supported EBCDIC code page encodes alike.
+    dispatch: Mapping[bytes, tuple[Layout, _Post | None]]
+    lengths: Callable[[bytes, int], tuple[int, int]]  # (URBHLEN, URBHLENT) from offset 4
+    eyelen: Callable[[bytes, int], tuple[bytes, int]]  # (eye-catcher, length) of an element
+
+
+def _form(ebcdic: bool, big: bool) -> _Form:
+    layouts = BIG if big else LITTLE
+    codec = "cp037" if ebcdic else "ascii"
+    order = ">" if big else "<"
+    return _Form(
+        ebcdic=ebcdic,
+        big=big,
+        header=layouts["URBH"],
+        dispatch=MappingProxyType(
+            {eye.encode(codec): (layouts[eye], _POST.get(eye)) for eye in ELEMENT_TABLES}
+        ),
+        lengths=struct.Struct(f"{order}i4xI").unpack_from,
+        eyelen=struct.Struct(f"{order}4si").unpack_from,
+    )
+
+
+# URBHEYE + URBHVERS + URBHBORD (8 bytes) -> form.  Any other combination is an error.
+_FORMS: Mapping[bytes, _Form] = MappingProxyType(
+    {
+        (EBCDIC_URBH if e else ASCII_URBH) + _VERS[e] + (_BORD_BIG if b else _BORD_LITTLE): _form(
+            e, b
+        )
+        for e in (True, False)
+        for b in (True, False)
+    }
+)
+
+
+def _header_error(data: bytes) -> UrbFormatError:
+    """The precise error for a header whose eye-catcher, version or byte order is wrong."""
+    head = data[:4]
+    if head not in (EBCDIC_URBH, ASCII_URBH):
+        return UrbFormatError(0, f"bad header eye-catcher X'{head.hex().upper()}' (not URBH)")
+    if data[8:10] != _VERS[head == EBCDIC_URBH]:
+        return UrbFormatError(8, f"unsupported URBHVERS X'{data[8:10].hex().upper()}' (not '01')")
+    bord = data[10:12].hex().upper()
+    return UrbFormatError(10, f"bad URBHBORD X'{bord}' (not X'0001'/X'0100')")
+
+
 def decode_message(data: bytes, *, codepage: str = "cp037") -> Message:
     """Decode one message (URBH + elements).
 
     ``codepage`` applies to EBCDIC messages only; ASCII messages are read as Latin-1.
     Raises :class:`UrbFormatError` for any malformed input.
     """
-    if not isinstance(data, bytes):
+    if type(data) is not bytes:
         data = bytes(data)
     n = len(data)
     if n < _MIN_HEADER:
         raise UrbFormatError(n, f"truncated: {n} bytes, a URBH needs at least {_MIN_HEADER}")
-    head = data[:4]
-    if head == EBCDIC_URBH:
-        ebcdic = True
-    elif head == ASCII_URBH:
-        ebcdic = False
-    else:
-        raise UrbFormatError(0, f"bad header eye-catcher X'{head.hex().upper()}' (not URBH)")
-    if data[8:10] != _VERS[ebcdic]:
-        raise UrbFormatError(8, f"unsupported URBHVERS X'{data[8:10].hex().upper()}' (not '01')")
-    bord = data[10:12]
-    if bord == _BORD_BIG:
-        big = True
-    elif bord == _BORD_LITTLE:
-        big = False
-    else:
-        raise UrbFormatError(10, f"bad URBHBORD X'{bord.hex().upper()}' (not X'0001'/X'0100')")
-    eyelen = _EYELEN_BIG if big else _EYELEN_LITTLE
-    _, hlen = eyelen(data, 0)
-    lent = int.from_bytes(data[12:16], "big" if big else "little")
+    form = _FORMS.get(data[:4] + data[8:12])
+    if form is None:
+        raise _header_error(data)
+    hlen, lent = form.lengths(data, 4)
     if lent != n:
         what = "truncated" if lent > n else "trailing bytes"
         raise UrbFormatError(12, f"{what}: URBHLENT={lent} but the message has {n} bytes")
     if hlen < _MIN_HEADER or hlen > n:
         raise UrbFormatError(4, f"URBHLEN={hlen} outside {_MIN_HEADER}..{n}")
 
-    codec = check_codepage(codepage) if ebcdic else ASCII_CODEC
-    try:
-        text = decode_text(data, codec)
-    except UnicodeDecodeError as exc:  # only possible with a partial custom code page
-        raise UrbFormatError(exc.start, f"undecodable character for {codec}") from None
-    layouts = BIG if big else LITTLE
-    header = _make("URBH", 0, _fields(layouts["URBH"], data, text, 0, hlen))
+    big = form.big
+    if not form.ebcdic:
+        text = data.decode(ASCII_CODEC)
+    elif (table := LATIN1_TABLES.get(codepage)) is not None:
+        text = data.translate(table).decode(ASCII_CODEC)
+    else:
+        try:
+            text = decode_text(data, check_codepage(codepage))
+        except UnicodeDecodeError as exc:  # only possible with a partial custom code page
+            raise UrbFormatError(exc.start, f"undecodable character for {codepage}") from None
+    hv = form.header.full if hlen >= form.header.size else form.header.by_len[hlen]
+    header = _new(Element)
+    header.eye = "URBH"
+    header.offset = 0
+    header.__dict__ = hv.build(data, text, 0)
 
-    dispatch = _DISPATCH[ebcdic, big]
-    post = _POST
+    dispatch = form.dispatch
+    eyelen = form.eyelen
     warnings: list[str] = []
     elements: list[Element] = []
     append = elements.append
@@ -260,24 +287,24 @@ def decode_message(data: bytes, *, codepage: str = "cp037") -> Message:
             raise UrbFormatError(
                 off + 4, f"element length {ln} runs past the end of the message ({n} bytes)"
             )
-        layout = dispatch.get(eyeb)
-        if layout is None:
+        kind = dispatch.get(eyeb)
+        if kind is None:
             warnings.append(
                 f"unknown eye-catcher X'{eyeb.hex().upper()}' at offset {off}, {ln} bytes skipped"
             )
             off += ln
             continue
+        layout, extra = kind
         v = layout.full if ln >= layout.size else layout.by_len[ln]
         fields = v.build(data, text, off)
         el = _new(Element)
         el.eye = layout.eye
         el.offset = off
         el.__dict__ = fields
-        extra = post.get(layout.eye)
         if extra is not None:
             if ctx is None:
-                ctx = _Ctx(data, text, codec, big, warnings)
+                ctx = _Ctx(data, text, big, warnings)
             extra(el, fields, ctx, off, ln)
         append(el)
         off += ln
-    return Message(header, elements, warnings, ebcdic, big)
+    return Message(header, elements, warnings, form.ebcdic, big)
