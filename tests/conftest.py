@@ -61,7 +61,7 @@ def fresh_topic(kafka_bootstrap: str, test_settings: Settings) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def spark(test_settings: Settings):  # noqa: ANN201 - pyspark type imported lazily
+def spark(test_settings: Settings):
     """A real local Spark session with Delta and the Kafka connector."""
     from pipeline.spark.session import build_session
 

@@ -1,0 +1,105 @@
+"""The streaming query: Kafka source → decode → reassemble (stateful) → foreachBatch sinks.
+
+``jobs/stream.py`` (spark-submit), the demo and the end-to-end tests all start the job through
+``start_stream`` so they run exactly the same plan.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pipeline.config import Settings
+from pipeline.reassembly import ReassemblyConfig
+from pipeline.spark.decode_stage import RecordDecoder, arrow_decoder, spark_ddl
+from pipeline.spark.sinks import batch_writer
+from pipeline.spark.state_stage import OUTPUT_DDL, STATE_DDL, state_function
+from pipeline.spark.tables import ensure_tables
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+QUERY_NAME = "urbpipe"
+
+
+def reassembly_config(settings: Settings) -> ReassemblyConfig:
+    g = settings.stream.gaps
+    return ReassemblyConfig(
+        landing_policy=g.landing_policy, max_requests_per_gap=g.max_requests_per_gap,
+        retry_initial_ms=g.retry_initial_ms, retry_multiplier=g.retry_multiplier,
+        max_retries=g.max_retries, hold_timeout_ms=g.hold_timeout_ms,
+        duplicate_window=g.duplicate_window, max_buffered_bytes=g.max_buffered_bytes,
+        reply_destination=settings.replicator.reply_destination,
+        request_token=settings.replicator.request_token)
+
+
+def record_decoder(settings: Settings) -> RecordDecoder:
+    destinations = {t: settings.destination_of(t) for t in settings.source_topics()}
+    homes = {s.name: s.destinations[0] for s in settings.subscriptions
+             if len(s.destinations) == 1}
+    default = settings.topics.pattern_destination or next(iter(destinations.values()))
+    return RecordDecoder(destinations, default, settings.replicator.codepage, homes)
+
+
+def kafka_source(spark: SparkSession, settings: Settings) -> DataFrame:
+    st = settings.stream
+    reader = spark.readStream.format("kafka").options(**settings.kafka.spark())
+    if settings.topics.output_pattern:
+        reader = reader.option("subscribePattern", settings.topics.output_pattern)
+    else:
+        reader = reader.option("subscribe", ",".join(settings.source_topics()))
+    return (reader.option("startingOffsets", st.starting_offsets)
+            .option("maxOffsetsPerTrigger", st.max_offsets_per_trigger)
+            .option("failOnDataLoss", str(st.fail_on_data_loss).lower())
+            .load().select("topic", "partition", "offset", "key", "value"))
+
+
+def build_plan(spark: SparkSession, settings: Settings) -> DataFrame:
+    """The streaming DataFrame of (table, json, blob) output rows."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    elements = kafka_source(spark, settings).mapInArrow(
+        arrow_decoder(record_decoder(settings)), spark_ddl())
+    return elements.groupBy("destination", "subscription").applyInPandasWithState(
+        state_function(reassembly_config(settings)), OUTPUT_DDL, STATE_DDL, "append",
+        GroupStateTimeout.ProcessingTimeTimeout)
+
+
+def checkpoint_app_id(spark: SparkSession, checkpoint: str) -> str:
+    """The query id stored in the checkpoint (created here on first start).
+
+    Delta's txnAppId must change when the checkpoint is lost (batch ids restart at 0), so it is
+    derived from the checkpoint's own identity: Spark's ``metadata`` file, which Spark reads
+    back on every restart. Uses Hadoop's FileSystem, so it works on any checkpoint store.
+    """
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/metadata")
+    fs = path.getFileSystem(conf)
+    if not fs.exists(path):
+        stream = fs.create(path, False)
+        stream.write(json.dumps({"id": str(uuid.uuid4())}).encode())
+        stream.close()
+    stream = fs.open(path)
+    try:
+        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+    return f"urbpipe-{json.loads(text.splitlines()[0])['id']}"
+
+
+def start_stream(spark: SparkSession, settings: Settings, *,
+                 on_batch: Callable[[int, dict[str, int]], None] | None = None,
+                 trigger_interval: str | None = None) -> StreamingQuery:
+    """Create the tables, then start the query from its checkpoint."""
+    ensure_tables(spark, settings)
+    checkpoint = settings.location(settings.stream.checkpoint_dir)
+    app_id = checkpoint_app_id(spark, checkpoint)
+    return (build_plan(spark, settings).writeStream
+            .foreachBatch(batch_writer(settings, app_id, on_batch))
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime=trigger_interval or settings.stream.trigger_interval)
+            .queryName(QUERY_NAME).start())

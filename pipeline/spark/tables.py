@@ -1,0 +1,83 @@
+"""The Delta tables the job lands, their schemas, and where they live.
+
+Column names follow ``pipeline.reassembly.tables`` (the rows the state machine emits); each
+table here adds ``batch_id`` (the streaming batch that landed the row) for lineage. All tables
+live under one lake location (``stream.lake_dir``/<table>), optionally also registered in a
+catalog schema (``stream.catalog_schema``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pipeline.config import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_NAMES = "subscription string, destination string, epoch int"
+
+SCHEMAS: dict[str, str] = {
+    "transactions": (
+        f"{_NAMES}, tsnr bigint, dbid int, record_count int, commit_time timestamp, "
+        "processed_time timestamp, sent_time timestamp, initial_state boolean, resent boolean, "
+        "possibly_resent boolean, origin string, token string, topic string, "
+        "first_partition int, first_offset bigint, last_partition int, last_offset bigint, "
+        "image_count int, landed_at timestamp"),
+    "records": (
+        f"{_NAMES}, tsnr bigint, rsnr bigint, fnr int, isn bigint, type string, "
+        "resend boolean, rsp int, subcode bigint, record_time timestamp, dcnt int, errc string"),
+    "images": (
+        f"{_NAMES}, tsnr bigint, rsnr bigint, dsnr bigint, image_type string, payload binary, "
+        "acode bigint, wcode bigint, arc int"),
+    "status_events": (
+        f"{_NAMES}, rt string, st string, rsp bigint, subc bigint, token string, inam string, "
+        "snam string, dnam string, tsnr bigint, dbid int, fnr int, err_info string, "
+        "data binary, time timestamp, process_time timestamp, commit_time timestamp, "
+        "sent_time timestamp, topic string, partition int, offset bigint, elem_index int, "
+        "fields_json string, received_at timestamp"),
+    "gaps": (
+        f"{_NAMES}, gap_id string, from_tsnr bigint, to_tsnr bigint, state string, "
+        "requests_sent int, missing_count int, opened_at timestamp, updated_at timestamp, "
+        "closed_at timestamp, reason string"),
+    "alerts": (
+        f"idempotency_key string, kind string, severity string, {_NAMES}, message string, "
+        "at timestamp, at_ms bigint, details string"),
+    "requests": (
+        f"{_NAMES}, tsnr bigint, token string, reply_destination string, attempt int, "
+        "gap_id string, requested_at timestamp, idempotency_key string"),
+    "quarantine": (
+        f"source string, {_NAMES}, tsnr bigint, reason string, topic string, partition int, "
+        "offset bigint, elem_index int, eye string, raw binary, fields_json string, "
+        "quarantined_at timestamp"),
+    "duplicates": (
+        f"{_NAMES}, tsnr bigint, reason string, topic string, partition int, offset bigint, "
+        "dropped_at timestamp"),
+}
+BLOB_COLUMN = {"images": "payload", "status_events": "data", "quarantine": "raw"}
+TABLES = tuple(SCHEMAS)
+
+
+def json_schema(table: str) -> str:
+    """The schema the JSON part of an output row is parsed with (binary column left out)."""
+    blob = BLOB_COLUMN.get(table)
+    cols = [c.strip() for c in SCHEMAS[table].split(",")]
+    return ", ".join(c for c in cols if not blob or not c.startswith(f"{blob} "))
+
+
+def table_path(settings: Settings, table: str) -> str:
+    return f"{settings.location(settings.stream.lake_dir).rstrip('/')}/{table}"
+
+
+def ensure_tables(spark: SparkSession, settings: Settings) -> None:
+    """Create every table (empty, with its schema) so analysts can query before data lands."""
+    from delta.tables import DeltaTable
+    from pyspark.sql.types import StructType
+
+    for table, ddl in SCHEMAS.items():
+        schema = StructType.fromDDL(f"{ddl}, batch_id bigint")
+        builder = (DeltaTable.createIfNotExists(spark).location(table_path(settings, table))
+                   .addColumns(schema))
+        if settings.stream.catalog_schema:
+            builder = builder.tableName(f"{settings.stream.catalog_schema}.{table}")
+        builder.execute()
