@@ -143,9 +143,15 @@ def repeats(p: Partial, row: ElementRow) -> bool:
     """The message of ``row`` is one this transaction already came in (a producer retry).
 
     URBHMSNR numbers messages per destination, so a message carrying a number already used
-    by the open transaction is the same message delivered twice, not new data.
+    by the open transaction is the same message delivered twice, not new data — provided it
+    also starts with this transaction: numbering restarts at 1 after a replicator restart
+    (which only the destination-wide key sees), so a new transaction can reuse the number.
     """
-    return row.urbhmsnr != 0 and row.urbhmsnr in p.msnrs
+    if row.urbhmsnr == 0 or row.urbhmsnr not in p.msnrs:
+        return False
+    if row.eye == "URBT":
+        return row.num("urbttsnr") == p.tsnr and urbt_fingerprint(row) == p.fp
+    return row.eye == "URBC" and row.num("urbctsnr") == p.tsnr
 
 
 def _stop(p: Partial) -> tuple[int, int]:
