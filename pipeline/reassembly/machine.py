@@ -65,6 +65,8 @@ class _Run:
         self.st, self.config, self.key, self.now = st, config, key, now_ms
         self.destination, self.subscription = key
         self.events: list[Event] = []
+        # The element at hand is the first after a URBC that continued the open transaction.
+        self.resumed = False
 
     # ----------------------------------------------------------------- messages
     def message(self, msg: tuple[ElementRow, ...]) -> None:
@@ -73,14 +75,17 @@ class _Run:
         if self._repeated(first):
             self._duplicate(_tsnr_of(first), f"message {first.urbhmsnr} delivered again", first)
             return
+        continued = False
         if first.eye == "URBC":
-            self._continuation(first)
+            continued = self._continuation(first)
         elif first.eye in DATA_EYES:
             self.st.discard = None
             if self.st.partial is not None:
                 self._lose("the next message does not start with URBC")
-        for row in msg[1:] if first.eye == "URBC" else msg:
+        for i, row in enumerate(msg[1:] if first.eye == "URBC" else msg):
+            self.resumed = continued and i == 0
             self._element(row)
+        self.resumed = False
         self._end_of_message()
 
     def _repeated(self, first: ElementRow) -> bool:
@@ -111,26 +116,30 @@ class _Run:
         if not p.cont and assembler.counts_error(p) is None:
             self._complete()
 
-    def _continuation(self, row: ElementRow) -> None:
-        """A message starting with URBC must continue the open transaction exactly."""
+    def _continuation(self, row: ElementRow) -> bool:
+        """A message starting with URBC must continue the open transaction exactly.
+
+        Returns True when it did (the open transaction goes on in this message).
+        """
         tsnr, p = row.num("urbctsnr"), self.st.partial
         if p is not None and p.tsnr == tsnr:
             error = assembler.continue_with(p, row, self.now)
             if error:
                 self._lose(error, row)
                 self.st.discard = tsnr
-            return
+            return not error
         if p is not None:
             self._lose(f"the next message continues transaction {tsnr} instead", row)
         if self.st.discard == tsnr:
-            return
+            return False
         self.st.discard = tsnr
         if self.st.window.contains_tsnr(tsnr):
             self._duplicate(tsnr, "continuation of a transaction already landed", row)
-            return
+            return False
         self._lost_event(tsnr, "continuation whose start was never received", row)
         # treated as flagged: an orphan continuation is no evidence of a restart
         self._mark_missing(tsnr, None, True)
+        return False
 
     # ----------------------------------------------------------------- elements
     def _element(self, row: ElementRow) -> None:
@@ -178,7 +187,9 @@ class _Run:
             error = assembler.add_image(p, row)
         else:
             error = assembler.end_error(p, row)
-        if error:
+        if error and self.resumed:
+            self._resume_failed(row, error)
+        elif error:
             self._abandon(row, error)
         elif row.eye == "URBE":
             self._complete()
@@ -372,6 +383,18 @@ class _Run:
         self._inconsistent(row, p.tsnr, reason)
         if p.tsnr != 0:
             self._mark_missing(p.tsnr, p.fp, p.flagged)
+        self.st.discard = None if row.eye == "URBE" else p.tsnr
+
+    def _resume_failed(self, row: ElementRow, error: str) -> None:
+        """The first element after an accepted URBC does not fit: a whole message was lost.
+
+        The URBC position is accepted in two conventions, so a lost message of a single
+        element can pass it; the element check then catches the loss. That is a lost
+        continuation (alert, gap, TRAN), not inconsistent input to quarantine.
+        """
+        p = self.st.partial
+        assert p is not None
+        self._lose(f"a continuation message was lost before this one ({error})", row)
         self.st.discard = None if row.eye == "URBE" else p.tsnr
 
     def _check_buffer(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pipeline.reassembly.events import (
     DuplicateDropped,
+    Inconsistent,
     LostContinuation,
     TransactionComplete,
 )
@@ -34,3 +35,19 @@ def test_new_transaction_reusing_a_message_number_after_a_restart_is_not_a_redel
     landed = h.of(TransactionComplete, events)
     assert [(t.tsnr, t.commit_time) for t in landed] == [(1, spec.commit_time)]
     assert len(h.of(LostContinuation, events)) == 1
+
+
+def test_message_lost_between_two_continuations_is_a_lost_continuation() -> None:
+    """Three messages, the middle one holding a single URBD, lost: the third one's URBC
+    (rsnr 1, dsnr 2) matches the 'where this message continues' reading, so only the next
+    element shows the loss. It was quarantined as inconsistent input (a good message!)
+    instead of being reported as a lost continuation."""
+    feed = Feed(convention="previous")  # the simulator's: where the last message stopped
+    rows = feed.send(txn(1, 2, images=("B", "A", "A")), cuts=[3, 4])
+    first, _lost, third = _messages(rows)
+    h = Harness()
+    events = h.feed(first + third)
+    assert h.of(Inconsistent, events) == []
+    (lost,) = h.of(LostContinuation, events)
+    assert lost.tsnr == 1 and "lost" in lost.reason
+    assert h.landed(events) == []
