@@ -1,0 +1,299 @@
+"""Per-batch metrics of the streaming job: a StreamingQueryListener, JSON lines and Prometheus.
+
+Spark's progress events know rows, durations and state size but nothing about transactions,
+gaps or duplicates; the job's foreachBatch sink knows those. Both feed one
+:class:`MetricsListener`: the sink calls :meth:`MetricsListener.record_batch_counts` (and, if it
+measured them, :meth:`MetricsListener.record_batch_latency`) during the batch, and Spark's
+listener bus calls ``onQueryProgress`` after it; the listener joins them by batch id and emits
+one record per batch:
+
+- appended as one JSON line to ``jsonl_path`` (``urbpipe status`` reads the newest for the
+  state size; benchmarks and soak runs read the whole file);
+- exported on a Prometheus endpoint when a port is given (gauges of the newest batch, counters
+  of the running totals);
+- returned by :func:`format_progress` as a one-line live summary for the demo.
+
+Latency is decomposed the way the replicator documentation explains its timestamps (seed
+001): Adabas commit (URBTTTIM) → subscription processing done (URBTPTIM) → message sent to the
+messaging system (URBHTIME) → landed in Delta (``landed_at``). The first two are mainframe
+machine times; legs that cross machines are only as good as their clocks' agreement, so
+negative values are kept, not hidden.
+
+The two callers run on different threads (the listener bus and the foreachBatch thread), so the
+listener guards its own bookkeeping with a lock; there is no module-level mutable state.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+DEFAULT_JSONL = ".run/metrics.jsonl"
+COUNT_NAMES = ("transactions", "records", "bytes", "duplicates", "open_gaps")
+LEGS: dict[str, tuple[str, str]] = {
+    "commit_to_processed": ("commit_time", "processed_time"),  # Adabas → replicator
+    "processed_to_sent": ("processed_time", "sent_time"),  # replicator → messaging system
+    "sent_to_landed": ("sent_time", "landed_at"),  # Kafka + this job → Delta
+    "commit_to_landed": ("commit_time", "landed_at"),  # end to end
+}
+_PENDING_LIMIT = 256  # counts for batches whose progress never came (a failed batch)
+
+
+def _field(row: Any, name: str) -> Any:
+    return row.get(name) if isinstance(row, Mapping) else getattr(row, name, None)
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0..1) of an ascending list."""
+    if not sorted_values:
+        return math.nan
+    pos = q * (len(sorted_values) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def latency_breakdown(rows: Iterable[Any]) -> dict[str, dict[str, float]]:
+    """p50/p99 (seconds) and count of each latency leg over transactions rows.
+
+    ``rows`` are mappings or objects with ``commit_time``, ``processed_time``, ``sent_time`` and
+    ``landed_at`` datetimes (as the ``transactions`` table has them); a leg whose end points are
+    not both set is skipped for that row. Legs with no values are left out.
+    """
+    samples: dict[str, list[float]] = {leg: [] for leg in LEGS}
+    for row in rows:
+        for leg, (start, end) in LEGS.items():
+            a, b = _field(row, start), _field(row, end)
+            if isinstance(a, datetime) and isinstance(b, datetime):
+                samples[leg].append((b - a).total_seconds())
+    out: dict[str, dict[str, float]] = {}
+    for leg, values in samples.items():
+        if values:
+            values.sort()
+            out[leg] = {"p50": percentile(values, 0.5), "p99": percentile(values, 0.99),
+                        "count": float(len(values))}
+    return out
+
+
+def batch_record(progress: Any, counts: Mapping[str, int],
+                 latency: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
+    """One JSON-able record from a StreamingQueryProgress (or anything shaped like it)."""
+    durations = dict(getattr(progress, "durationMs", None) or {})
+    operators = list(getattr(progress, "stateOperators", None) or [])
+    duration_ms = getattr(progress, "batchDuration", None) or durations.get("triggerExecution")
+    record: dict[str, Any] = {
+        "query": getattr(progress, "name", None),
+        "batch_id": int(progress.batchId),
+        "timestamp": getattr(progress, "timestamp", None),
+        "messages": int(getattr(progress, "numInputRows", 0) or 0),
+        "duration_ms": int(duration_ms or 0),
+        "input_rows_per_s": _finite(getattr(progress, "inputRowsPerSecond", None)),
+        "processed_rows_per_s": _finite(getattr(progress, "processedRowsPerSecond", None)),
+        "state_rows": sum(int(getattr(op, "numRowsTotal", 0) or 0) for op in operators),
+        "state_memory_bytes": sum(int(getattr(op, "memoryUsedBytes", 0) or 0)
+                                  for op in operators),
+        "durations_ms": {k: int(v) for k, v in durations.items()},
+    }
+    for name in COUNT_NAMES:
+        record[name] = int(counts.get(name, 0))
+    record["counts"] = {k: int(v) for k, v in counts.items() if k not in COUNT_NAMES}
+    if latency:
+        record["latency_s"] = {leg: dict(v) for leg, v in latency.items()}
+    return record
+
+
+def _finite(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return round(value, 3) if math.isfinite(value) else None
+
+
+def format_progress(record: Mapping[str, Any]) -> str:
+    """The demo's live line, e.g. ``batch 12 | 2000 msgs 3.1 s 645/s | 180 tx …``."""
+    parts = [f"batch {record['batch_id']}",
+             f"{record['messages']} msgs {record['duration_ms'] / 1000:.1f} s "
+             f"{record.get('processed_rows_per_s') or 0:.0f}/s",
+             f"{record.get('transactions', 0)} tx {record.get('records', 0)} rec "
+             f"{record.get('bytes', 0) / 1e6:.1f} MB",
+             f"dup {record.get('duplicates', 0)} gaps {record.get('open_gaps', 0)}",
+             f"state {record.get('state_rows', 0)} rows "
+             f"{record.get('state_memory_bytes', 0) / 1e6:.1f} MB"]
+    leg = (record.get("latency_s") or {}).get("commit_to_landed")
+    if leg:
+        parts.append(f"latency p50 {leg['p50']:.1f} s p99 {leg['p99']:.1f} s")
+    return " | ".join(parts)
+
+
+def read_last_record(path: str | Path) -> dict[str, Any] | None:
+    """The newest record of a metrics file, or None (missing, empty, unreadable)."""
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 65536))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    return None
+
+
+class PrometheusExporter:
+    """The newest batch as gauges and running totals as counters, on its own registry."""
+
+    def __init__(self, port: int, addr: str = "127.0.0.1") -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+        self.registry = CollectorRegistry()
+        g = {"messages": "Kafka messages in the last batch",
+             "duration_seconds": "Duration of the last batch",
+             "processed_rows_per_second": "Rows processed per second in the last batch",
+             "state_rows": "Rows in the state store after the last batch",
+             "state_memory_bytes": "State store memory after the last batch",
+             "open_gaps": "Open gaps after the last batch",
+             "last_batch_id": "Id of the last batch"}
+        self.gauges = {k: Gauge(f"urbpipe_batch_{k}", doc, registry=self.registry)
+                       for k, doc in g.items()}
+        self.totals = {k: Counter(f"urbpipe_{k}", f"{k} landed since the job started",
+                                  registry=self.registry)
+                       for k in ("messages", "transactions", "records", "bytes", "duplicates")}
+        self.latency = Gauge("urbpipe_latency_seconds", "Latency leg of the last batch",
+                             ["leg", "quantile"], registry=self.registry)
+        self.server, self.thread = start_http_server(port, addr=addr, registry=self.registry)
+        self.port = int(self.server.server_port)
+
+    def observe(self, record: Mapping[str, Any]) -> None:
+        gauge_values = {"messages": record["messages"],
+                        "duration_seconds": record["duration_ms"] / 1000,
+                        "processed_rows_per_second": record.get("processed_rows_per_s") or 0,
+                        "state_rows": record["state_rows"],
+                        "state_memory_bytes": record["state_memory_bytes"],
+                        "open_gaps": record.get("open_gaps", 0),
+                        "last_batch_id": record["batch_id"]}
+        for name, value in gauge_values.items():
+            self.gauges[name].set(value)
+        for name, counter in self.totals.items():
+            counter.inc(max(0, int(record.get(name, 0))))
+        for leg, values in (record.get("latency_s") or {}).items():
+            for q in ("p50", "p99"):
+                self.latency.labels(leg, q).set(values[q])
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class MetricsListener(StreamingQueryListener):
+    """Joins the sink's per-batch counts with Spark's progress; writes JSON lines/Prometheus."""
+
+    def __init__(self, jsonl_path: str | Path = DEFAULT_JSONL, *,
+                 prometheus_port: int | None = None, query_name: str | None = None,
+                 keep_last: int = 100) -> None:
+        super().__init__()
+        self.jsonl_path = Path(jsonl_path)
+        self.jsonl_path.parent.mkdir(parents=True, exist_ok=True)
+        self.query_name = query_name
+        self._lock = threading.Lock()
+        self._counts: OrderedDict[int, dict[str, int]] = OrderedDict()
+        self._latency: dict[int, dict[str, dict[str, float]]] = {}
+        self._records: list[dict[str, Any]] = []
+        self._keep_last = keep_last
+        self.prometheus = PrometheusExporter(prometheus_port) if prometheus_port is not None \
+            else None
+
+    # -- called by the job's foreachBatch sink -----------------------------------------------
+
+    def record_batch_counts(self, batch_id: int, counts: Mapping[str, int]) -> None:
+        """Counts the sink measured for ``batch_id`` (transactions, records, bytes, …).
+
+        Safe to call more than once per batch (a replayed batch): the later counts win.
+        """
+        with self._lock:
+            self._counts[int(batch_id)] = {k: int(v) for k, v in counts.items()}
+            self._counts.move_to_end(int(batch_id))
+            while len(self._counts) > _PENDING_LIMIT:
+                dropped, _ = self._counts.popitem(last=False)
+                self._latency.pop(dropped, None)
+
+    def record_batch_latency(self, batch_id: int,
+                             breakdown: Mapping[str, Mapping[str, float]]) -> None:
+        """A :func:`latency_breakdown` of the transactions the sink landed in ``batch_id``."""
+        with self._lock:
+            self._latency[int(batch_id)] = {k: dict(v) for k, v in breakdown.items()}
+
+    # -- Spark listener bus ------------------------------------------------------------------
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's name
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - Spark's name
+        progress = event.progress
+        if self.query_name and getattr(progress, "name", None) != self.query_name:
+            return
+        self.observe(progress)
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802 - Spark's name
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark's name
+        pass
+
+    # -- bookkeeping -------------------------------------------------------------------------
+
+    def observe(self, progress: Any) -> dict[str, Any]:
+        """Turn one progress into a record, emit it, and return it."""
+        batch_id = int(progress.batchId)
+        with self._lock:
+            counts = self._counts.pop(batch_id, {})
+            latency = self._latency.pop(batch_id, None)
+        record = batch_record(progress, counts, latency)
+        record["recorded_at"] = time.time()
+        line = json.dumps(record, sort_keys=True, default=str)
+        with self._lock:
+            with self.jsonl_path.open("a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+            self._records.append(record)
+            del self._records[:-self._keep_last]
+        if self.prometheus is not None:
+            self.prometheus.observe(record)
+        return record
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """The newest records (at most ``keep_last``), oldest first."""
+        with self._lock:
+            return list(self._records)
+
+    def last_progress_line(self) -> str | None:
+        """:func:`format_progress` of the newest batch, or None before the first."""
+        records = self.records
+        return format_progress(records[-1]) if records else None
+
+    def close(self) -> None:
+        if self.prometheus is not None:
+            self.prometheus.close()
+            self.prometheus = None
+
+
+def attach_metrics(spark: Any, *, jsonl_path: str | Path = DEFAULT_JSONL,
+                   prometheus_port: int | None = None,
+                   query_name: str | None = None) -> MetricsListener:
+    """Create a listener and register it on ``spark.streams`` (before ``start_stream``)."""
+    listener = MetricsListener(jsonl_path, prometheus_port=prometheus_port,
+                               query_name=query_name)
+    spark.streams.addListener(listener)
+    return listener

@@ -1,0 +1,192 @@
+"""Record layouts from conf written the way replicator format buffers (GFB) are.
+
+Supported elements, comma separated, an optional final ``.``; empty elements are ignored so GFB
+pieces can be joined as the replicator's parameters split them (``'AA,AC,' + 'AH,8,U.'``):
+
+``AA,8,A``       field, length, format (A W B F P U G)
+``AC,4,P,2``     … with a decimal scale (P and U only): 4 packed bytes = 7 digits, 2 decimals
+``AA,8`` ``AA,A`` ``AA``   length and/or format taken from the conf's ``fdt`` (``{AA: "8,A"}``)
+``AB3,10,A``     one MU occurrence: a single value (column ``<AB's column>_3``)
+``AB1-3,10,A``   MU/PE field occurrences 1 to 3: a list of 3
+``ABC,1,B``      count of AB's occurrences (default 1,B; column ``<AB's column>_count``)
+``AB1-N,10,A``   as many occurrences as the earlier ``ABC`` says: a list
+``GA1-3`` ``GA1-N``   PE group named in the conf's ``groups`` (``{GA: "AR,3,A,AS,4,P"}``):
+                 occurrence by occurrence (AR1,AS1,AR2,AS2,…) → list of dicts
+``5X``           five bytes to skip
+
+Not supported (raise :class:`~.errors.LayoutError`): field ranges ``AA-AF``, literals, MU
+inside PE (``AR1(1-3)``), length 0 (variable-length values), descriptor and edit-mask forms.
+Columns come from the conf's ``columns`` mapping; a field without one gets its short name in
+lower case.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import LayoutError
+from .layout import FORMATS, FieldSpec, Filler, GroupSpec, Item, LayoutKey, RecordLayout
+
+_NAME = re.compile(r"^([A-Z][A-Z0-9])(?:(C)|(\d+)(?:-(\d+|N))?)?$")
+_FILLER = re.compile(r"^(\d+)X$")
+FdtEntry = str | Sequence[Any]
+
+
+@dataclass(frozen=True)
+class _Element:
+    """One parsed element before columns and defaults are applied."""
+
+    name: str
+    count: bool
+    first: int | None
+    last: int | str | None
+    length: int | None
+    format: str | None
+    scale: int | None
+
+
+def tokenize(fb: str) -> list[str]:
+    """Elements of a format buffer, upper-cased, without blanks, the final '.' or empties."""
+    text = fb.strip()
+    text = text[:-1] if text.endswith(".") else text
+    return [t.strip().upper() for t in text.split(",") if t.strip()]
+
+
+def _elements(tokens: list[str]) -> list[_Element | Filler]:
+    out: list[_Element | Filler] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        i += 1
+        if filler := _FILLER.match(tok):
+            out.append(Filler(int(filler.group(1))))
+            continue
+        m = _NAME.match(tok)
+        if m is None:
+            raise LayoutError(f"format buffer element {i} {tok!r} is not a supported field")
+        length = fmt = scale = None
+        if i < len(tokens) and tokens[i].isdigit():
+            length, i = int(tokens[i]), i + 1
+        if i < len(tokens) and tokens[i] in FORMATS:
+            fmt, i = tokens[i], i + 1
+            if i < len(tokens) and tokens[i].isdigit():
+                scale, i = int(tokens[i]), i + 1
+        first = int(m.group(3)) if m.group(3) else None
+        last = m.group(4) if m.group(4) in (None, "N") else int(m.group(4))
+        out.append(_Element(m.group(1), bool(m.group(2)), first, last, length, fmt, scale))
+    return out
+
+
+def _fdt(fdt: Mapping[str, FdtEntry], name: str) -> tuple[int | None, str | None, int | None]:
+    """(length, format, scale) the conf's FDT gives for ``name``."""
+    entry = fdt.get(name)
+    if entry is None:
+        return None, None, None
+    parts = tokenize(entry) if isinstance(entry, str) else [str(p).upper() for p in entry]
+    length = int(parts[0]) if parts and parts[0].isdigit() else None
+    rest = parts[1:] if length is not None else parts
+    fmt = rest[0] if rest else None
+    scale = int(rest[1]) if len(rest) > 1 else None
+    return length, fmt, scale
+
+
+@dataclass(frozen=True)
+class _Conf:
+    columns: Mapping[str, str]
+    fdt: Mapping[str, FdtEntry]
+    groups: Mapping[str, str]
+    scales: Mapping[str, int]
+
+    def column(self, name: str) -> str:
+        return self.columns.get(name) or name.lower()
+
+    def spec(self, el: _Element, name: str, column: str, **occ: Any) -> FieldSpec:
+        f_len, f_fmt, f_scale = _fdt(self.fdt, name)
+        if el.length == 0 or f_len == 0:
+            raise LayoutError(f"{name}: length 0 (variable-length values) is not supported")
+        length = el.length or f_len or (1 if el.count else None)
+        fmt = el.format or f_fmt or ("B" if el.count else None)
+        if length is None or fmt is None:
+            raise LayoutError(f"{name}: no length/format in the format buffer nor the fdt conf")
+        scale = el.scale if el.scale is not None else self.scales.get(name, f_scale or 0)
+        return FieldSpec(name, column, fmt, length, scale, **occ)
+
+
+def _occurrences(el: _Element) -> dict[str, Any]:
+    if el.last == "N":
+        if el.first != 1:
+            raise LayoutError(f"{el.name}{el.first}-N: variable ranges must start at 1")
+        return {"count_field": f"{el.name}C"}
+    assert isinstance(el.last, int) and el.first is not None
+    if el.last < el.first:
+        raise LayoutError(f"{el.name}{el.first}-{el.last}: empty range")
+    return {"occurrences": el.last - el.first + 1}
+
+
+def _item(el: _Element | Filler, conf: _Conf) -> Item:
+    if isinstance(el, Filler):
+        return el
+    if el.count:
+        name = f"{el.name}C"
+        column = conf.columns.get(name) or f"{conf.column(el.name)}_count"
+        return conf.spec(el, name, column)
+    if el.name in conf.groups:
+        return _group(el, conf)
+    if el.first is not None and el.last is None:  # one occurrence: a single value
+        name = f"{el.name}{el.first}"
+        column = conf.columns.get(name) or f"{conf.column(el.name)}_{el.first}"
+        return conf.spec(el, el.name, column)
+    occ = _occurrences(el) if el.first is not None else {}
+    return conf.spec(el, el.name, conf.column(el.name), **occ)
+
+
+def _group(el: _Element, conf: _Conf) -> GroupSpec:
+    if el.first is None or el.last is None or el.length or el.format:
+        raise LayoutError(f"PE group {el.name}: write it as {el.name}1-n or {el.name}1-N")
+    members = []
+    for m in _elements(tokenize(conf.groups[el.name])):
+        if isinstance(m, Filler) or m.count or m.first is not None:
+            raise LayoutError(f"PE group {el.name}: members must be plain fields")
+        members.append(conf.spec(m, m.name, conf.column(m.name)))
+    return GroupSpec(el.name, conf.column(el.name), tuple(members), **_occurrences(el))
+
+
+def parse_format_buffer(
+    fb: str,
+    columns: Mapping[str, str] | None = None,
+    *,
+    fdt: Mapping[str, FdtEntry] | None = None,
+    groups: Mapping[str, str] | None = None,
+    scales: Mapping[str, int] | None = None,
+    key: LayoutKey | None = None,
+) -> RecordLayout:
+    """A RecordLayout from a format buffer and the conf's column names (see module doc)."""
+    conf = _Conf(
+        {k.upper(): v for k, v in (columns or {}).items()},
+        {k.upper(): v for k, v in (fdt or {}).items()},
+        {k.upper(): v for k, v in (groups or {}).items()},
+        {k.upper(): v for k, v in (scales or {}).items()},
+    )
+    elements = _elements(tokenize(fb))
+    if not elements:
+        raise LayoutError("empty format buffer")
+    return RecordLayout(tuple(_item(e, conf) for e in elements), key, "conf")
+
+
+def layout_from_conf(conf: Mapping[str, Any]) -> RecordLayout:
+    """A layout from one conf entry: ``format_buffer`` plus optional ``columns``, ``fdt``,
+    ``groups``, ``scales``, and ``dbid``/``fnr`` for the registry key."""
+    if "format_buffer" not in conf:
+        raise LayoutError("layout conf needs format_buffer")
+    key = LayoutKey(int(conf["dbid"]), int(conf["fnr"])) if "dbid" in conf else None
+    return parse_format_buffer(
+        conf["format_buffer"],
+        conf.get("columns"),
+        fdt=conf.get("fdt"),
+        groups=conf.get("groups"),
+        scales=conf.get("scales"),
+        key=key,
+    )

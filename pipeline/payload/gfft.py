@@ -1,0 +1,141 @@
+"""Record layouts from a GFFT (URBF + URBGs), and a registry of layout versions.
+
+The replicator may send a global format field table (URBF with one URBG per field) at any time.
+Its codes, as declared below, follow the URBF/URBG DSECT descriptions (the ones adapya-era's
+``era.urb`` module also documents); the seeds contain no GFFT, so how ranges and PE groups are
+laid out is an ASSUMPTION stated where it is made:
+
+* fields are in the image in URBG order; URBGs flagged "do not output" and PE group headers
+  (format 0) take no bytes;
+* a counter URBG (type bit 4) for field XY is the count field ``XYC``;
+* an MU/PE URBG holds occurrences URBGFRFM (first, 0 = 1) to URBGFRNO (last); flagged
+  "optimized", or with URBGFRNO 0 after a counter for it, it holds 1-N as the counter says;
+* PE members without the "range" flag are read occurrence by occurrence as one group
+  (PA1,PB1,PA2,PB2,…) named by URBGFGRP; with the flag each member is its own list;
+* URBGFPRC is the number of decimal places of a P/U field;
+* second-level occurrences (URBGFONO/URBGFOFM: MU inside PE) are not supported.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import LayoutError
+from .layout import FieldSpec, GroupSpec, Item, LayoutKey, RecordLayout
+
+#: URBGFFMT low nibble -> Adabas format (0 = no format: a group header).
+GFFT_FORMATS: dict[int, str] = {0x01: "A", 0x02: "B", 0x03: "P", 0x04: "U", 0x05: "G", 0x06: "G"}
+FMT_DATE, FMT_TIME, FMT_WIDE, FMT_SIGNED = 0x10, 0x20, 0x40, 0x80
+TYPE_PE, TYPE_MU, TYPE_COUNT = 0x01, 0x02, 0x04
+FLAG_NOT_OUTPUT, FLAG_RANGE, FLAG_OPTIMIZED = 0x01, 0x02, 0x10
+
+
+def gfft_key(urbf: Any) -> LayoutKey:
+    """(dbid, fnr, global format id, URBFTIM1) of a URBF element."""
+    return LayoutKey(
+        int(urbf.urbfdbid or 0),
+        int(urbf.urbffnr or 0),
+        str(urbf.urbfgfid or "").strip(),
+        int(urbf.urbftim1 or 0),
+    )
+
+
+def gfft_format(code: int) -> str:
+    """Adabas format of a URBGFFMT byte: wide alpha is W, signed binary is F."""
+    base = GFFT_FORMATS.get(code & 0x0F)
+    if base is None:
+        raise LayoutError(f"URBGFFMT X'{code:02X}' is not a known format")
+    if base == "A" and code & FMT_WIDE:
+        return "W"
+    if base == "B" and code & FMT_SIGNED:
+        return "F"
+    return base
+
+
+def snake(name: str) -> str:
+    """A column name from an Adabas long name: PERSONNEL-ID -> personnel_id."""
+    return re.sub(r"[^0-9a-z]+", "_", name.strip().lower()).strip("_")
+
+
+def _occurrences(g: Any, name: str, counted: set[str]) -> dict[str, Any]:
+    if not g.urbgtype & (TYPE_PE | TYPE_MU):
+        return {}
+    last, first = int(g.urbgfrno or 0), int(g.urbgfrfm or 0) or 1
+    if g.urbgflag & FLAG_OPTIMIZED or (last == 0 and name in counted):
+        return {"count_field": f"{name}C"}
+    if last == 0:
+        return {}
+    if last < first:
+        raise LayoutError(f"URBG {name}: occurrences {first}-{last}")
+    return {"occurrences": last - first + 1}
+
+
+@dataclass
+class _Builder:
+    """Collects items; consecutive per-occurrence PE members become one GroupSpec."""
+
+    columns: Mapping[str, str]
+    long_names: Mapping[str, str]
+    items: list[Item] = field(default_factory=list)
+    counted: set[str] = field(default_factory=set)
+    group: tuple[str, tuple[tuple[str, Any], ...]] | None = None
+    members: list[FieldSpec] = field(default_factory=list)
+
+    def flush(self) -> None:
+        if self.group is not None:
+            name, occ = self.group
+            column = self.columns.get(name) or name.lower()
+            self.items.append(GroupSpec(name, column, tuple(self.members), **dict(occ)))
+        self.group, self.members = None, []
+
+    def add(self, g: Any) -> None:
+        name = str(g.urbgfid).strip()
+        if g.urbgfono or g.urbgfofm:
+            raise LayoutError(f"URBG {name}: MU inside PE (second-level occurrences)")
+        fmt = gfft_format(int(g.urbgffmt))
+        length, prc = int(g.urbgflen), int(g.urbgfprc or 0)
+        column = self.columns.get(name) or snake(self.long_names.get(name, "")) or name.lower()
+        if g.urbgtype & TYPE_COUNT:
+            self.flush()
+            self.counted.add(name)
+            count_column = self.columns.get(f"{name}C") or f"{column}_count"
+            self.items.append(FieldSpec(f"{name}C", count_column, fmt, length))
+            return
+        scale = prc if fmt in "PU" and prc <= (2 * length - 1 if fmt == "P" else length) else 0
+        occ = _occurrences(g, name, self.counted)
+        grp = str(g.urbgfgrp or "").strip()
+        if g.urbgtype & TYPE_PE and grp and occ and not g.urbgflag & FLAG_RANGE:
+            if "count_field" in occ:
+                occ = {"count_field": f"{grp}C"}
+            key = (grp, tuple(occ.items()))
+            if self.group != key:
+                self.flush()
+                self.group = key
+            self.members.append(FieldSpec(name, column, fmt, length, scale))
+            return
+        self.flush()
+        self.items.append(FieldSpec(name, column, fmt, length, scale, **occ))
+
+
+def layout_from_gfft(urbf: Any, columns: Mapping[str, str] | None = None) -> RecordLayout:
+    """The RecordLayout a URBF element (with ``groups``) describes, keyed by :func:`gfft_key`.
+
+    Columns: the conf's ``columns`` by short name, else the URBG long name in snake case (a
+    counter URBG borrows its field's), else the short name in lower case.
+    """
+    if getattr(urbf, "eye", "URBF") != "URBF":
+        raise LayoutError(f"expected a URBF element, got {urbf.eye}")
+    urbgs = getattr(urbf, "groups", None) or []
+    long_names = {str(g.urbgfid).strip(): str(g.urbgfnam) for g in urbgs if g.urbgfnam}
+    builder = _Builder({k.upper(): v for k, v in (columns or {}).items()}, long_names)
+    for g in urbgs:
+        if g.urbgflag & FLAG_NOT_OUTPUT or not g.urbgffmt & 0x0F:
+            continue
+        builder.add(g)
+    builder.flush()
+    if not builder.items:
+        raise LayoutError("GFFT describes no fields")
+    return RecordLayout(tuple(builder.items), gfft_key(urbf), "gfft")

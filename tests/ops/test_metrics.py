@@ -1,0 +1,148 @@
+"""The metrics listener's bookkeeping (fake progress objects), latency legs, Prometheus."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from pipeline.ops.metrics import (
+    MetricsListener,
+    attach_metrics,
+    format_progress,
+    latency_breakdown,
+    percentile,
+    read_last_record,
+)
+from tests.ops.conftest import at
+
+
+@dataclass
+class FakeOperator:
+    numRowsTotal: int  # noqa: N815 - Spark's names
+    memoryUsedBytes: int  # noqa: N815
+
+
+@dataclass
+class FakeProgress:
+    batchId: int  # noqa: N815
+    numInputRows: int = 100  # noqa: N815
+    processedRowsPerSecond: float = 50.0  # noqa: N815
+    inputRowsPerSecond: float = float("inf")  # noqa: N815
+    batchDuration: int = 2000  # noqa: N815
+    durationMs: dict = field(default_factory=lambda: {"triggerExecution": 2000,  # noqa: N815
+                                                       "addBatch": 1500})
+    stateOperators: list = field(default_factory=lambda: [  # noqa: N815
+        FakeOperator(10, 1000), FakeOperator(5, 500)])
+    name: str = "urbpipe"
+    timestamp: str = "2025-03-01T12:00:00.000Z"
+
+
+def tx(commit: float, processed: float, sent: float, landed: float) -> dict:
+    return {"commit_time": at(commit), "processed_time": at(processed), "sent_time": at(sent),
+            "landed_at": at(landed)}
+
+
+def test_latency_breakdown_per_leg() -> None:
+    rows = [tx(0, 1, 2, 4 + i) for i in range(100)]
+    rows.append({"commit_time": at(0), "processed_time": None, "sent_time": None,
+                 "landed_at": at(3)})
+    legs = latency_breakdown(rows)
+    assert legs["commit_to_processed"] == {"p50": 1.0, "p99": 1.0, "count": 100.0}
+    assert legs["processed_to_sent"]["p50"] == 1.0
+    assert legs["sent_to_landed"]["p50"] == pytest.approx(51.5)
+    assert legs["sent_to_landed"]["p99"] == pytest.approx(100.01)
+    assert legs["commit_to_landed"]["count"] == 101
+    assert latency_breakdown([]) == {}
+    assert latency_breakdown([SimpleNamespace(**tx(0, 2, 3, 3))])["commit_to_processed"][
+        "p99"] == 2.0
+
+
+def test_percentile_interpolates() -> None:
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert percentile([7.0], 0.99) == 7.0
+
+
+def test_listener_joins_counts_with_progress(tmp_path: Path) -> None:
+    listener = MetricsListener(tmp_path / "m" / "metrics.jsonl")
+    listener.record_batch_counts(3, {"transactions": 12, "records": 40, "duplicates": 1,
+                                     "gaps": 2})
+    listener.record_batch_latency(3, latency_breakdown([tx(0, 1, 2, 5)]))
+    listener.onQueryProgress(SimpleNamespace(progress=FakeProgress(3)))
+    listener.onQueryProgress(SimpleNamespace(progress=FakeProgress(4, numInputRows=0)))
+    first, second = listener.records
+    assert (first["batch_id"], first["messages"], first["transactions"], first["records"]) == (
+        3, 100, 12, 40)
+    assert (first["state_rows"], first["state_memory_bytes"]) == (15, 1500)
+    assert first["duration_ms"] == 2000 and first["input_rows_per_s"] is None
+    assert first["counts"] == {"gaps": 2}
+    assert first["latency_s"]["commit_to_landed"]["p50"] == 5.0
+    assert (second["transactions"], "latency_s" in second) == (0, False)
+    lines = (tmp_path / "m" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["batch_id"] for line in lines] == [3, 4]
+    assert read_last_record(tmp_path / "m" / "metrics.jsonl")["batch_id"] == 4  # type: ignore[index]
+    assert listener.last_progress_line().startswith("batch 4 | 0 msgs")  # type: ignore[union-attr]
+
+
+def test_other_queries_are_ignored(tmp_path: Path) -> None:
+    listener = MetricsListener(tmp_path / "m.jsonl", query_name="urbpipe")
+    listener.onQueryProgress(SimpleNamespace(progress=FakeProgress(1, name="passthrough")))
+    assert listener.records == []
+
+
+def test_counts_from_many_threads_are_kept(tmp_path: Path) -> None:
+    listener = MetricsListener(tmp_path / "m.jsonl")
+
+    def sink(start: int) -> None:
+        for b in range(start, start + 50):
+            listener.record_batch_counts(b, {"transactions": b})
+
+    threads = [threading.Thread(target=sink, args=(i * 50,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for b in range(200):
+        listener.observe(FakeProgress(b))
+    assert [r["transactions"] for r in listener.records] == list(range(100, 200))  # keep_last
+
+
+def test_format_progress_line() -> None:
+    record = {"batch_id": 12, "messages": 2000, "duration_ms": 3100,
+              "processed_rows_per_s": 645.2, "transactions": 180, "records": 900,
+              "bytes": 2_500_000, "duplicates": 1, "open_gaps": 2, "state_rows": 40,
+              "state_memory_bytes": 3_000_000,
+              "latency_s": {"commit_to_landed": {"p50": 1.25, "p99": 4.5, "count": 10}}}
+    line = format_progress(record)
+    assert line == ("batch 12 | 2000 msgs 3.1 s 645/s | 180 tx 900 rec 2.5 MB | dup 1 gaps 2 "
+                    "| state 40 rows 3.0 MB | latency p50 1.2 s p99 4.5 s")
+    assert "\n" not in line
+
+
+def test_prometheus_endpoint_on_an_ephemeral_port(tmp_path: Path) -> None:
+    class FakeStreams:
+        def __init__(self) -> None:
+            self.listeners: list = []
+
+        def addListener(self, listener: object) -> None:
+            self.listeners.append(listener)
+
+    spark = SimpleNamespace(streams=FakeStreams())
+    listener = attach_metrics(spark, jsonl_path=tmp_path / "m.jsonl", prometheus_port=0)
+    try:
+        assert spark.streams.listeners == [listener]
+        listener.record_batch_counts(1, {"transactions": 7})
+        listener.observe(FakeProgress(1))
+        assert listener.prometheus is not None
+        url = f"http://127.0.0.1:{listener.prometheus.port}/metrics"
+        body = urllib.request.urlopen(url, timeout=5).read().decode()
+        assert "urbpipe_transactions_total 7.0" in body
+        assert "urbpipe_batch_state_rows 15.0" in body
+        assert "urbpipe_batch_last_batch_id 1.0" in body
+    finally:
+        listener.close()
