@@ -1,0 +1,30 @@
+"""Exit codes of ``urbpipe`` and the exceptions that map to them.
+
+Scripts branch on the exit code, so each failure class has exactly one code and commands raise
+these instead of printing and exiting themselves; ``cli.main`` turns them into one stderr line.
+"""
+
+from __future__ import annotations
+
+OK = 0
+PROBLEMS = 1  # the command worked and found something an operator must look at
+USAGE = 2  # bad arguments or an invalid conf file
+UNREACHABLE = 3  # the broker or the lake could not be reached
+
+
+class OpsError(Exception):
+    """A failure with a one-line message and the exit code it maps to."""
+
+    exit_code = USAGE
+
+
+class UsageError(OpsError):
+    exit_code = USAGE
+
+
+class BrokerUnreachable(OpsError):
+    exit_code = UNREACHABLE
+
+
+class LakeUnreachable(OpsError):
+    exit_code = UNREACHABLE

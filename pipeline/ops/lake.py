@@ -1,0 +1,89 @@
+"""Reading (and for ops tables, writing) the Delta lake without Spark.
+
+The operator CLI must answer in about a second, so it reads the job's tables with the
+``deltalake`` (delta-rs) package instead of starting a JVM. Only the columns a command needs are
+read. Tables the job has not created yet read as empty; a lake location with no table at all is
+reported as unreachable (wrong conf, or storage not mounted).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+
+from pipeline.config import Settings
+from pipeline.ops.errors import LakeUnreachable
+from pipeline.spark.tables import SCHEMAS, table_path
+
+_ARROW_TYPES: dict[str, pa.DataType] = {
+    "string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "boolean": pa.bool_(),
+    "binary": pa.binary(), "timestamp": pa.timestamp("us", tz="UTC"), "double": pa.float64(),
+}
+_COLUMN = re.compile(r"^\s*(\w+)\s+(\w+)\s*$")
+
+
+def arrow_schema(ddl: str) -> pa.Schema:
+    """A pyarrow schema from the flat Spark DDL strings of ``pipeline.spark.tables``."""
+    fields = []
+    for part in ddl.split(","):
+        match = _COLUMN.match(part)
+        if not match:
+            raise ValueError(f"unsupported column definition {part!r}")
+        fields.append(pa.field(match[1], _ARROW_TYPES[match[2].lower()]))
+    return pa.schema(fields)
+
+
+def job_table_schema(table: str) -> pa.Schema:
+    """The schema the job writes for ``table`` (its columns plus ``batch_id``)."""
+    return arrow_schema(f"{SCHEMAS[table]}, batch_id bigint")
+
+
+class Lake:
+    """The tables under ``stream.lake_dir`` of one conf."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.root = settings.location(settings.stream.lake_dir).rstrip("/")
+
+    def path(self, table: str) -> str:
+        return table_path(self.settings, table)
+
+    def exists(self, table: str) -> bool:
+        try:
+            return DeltaTable.is_deltatable(self.path(table))
+        except OSError as exc:
+            raise LakeUnreachable(f"lake {self.root}: {exc}") from None
+
+    def require(self) -> None:
+        """Raise LakeUnreachable unless at least one of the job's tables is there."""
+        if not any(self.exists(t) for t in SCHEMAS):
+            raise LakeUnreachable(f"no Delta tables under {self.root} (has the job run? "
+                                  "is stream.lake_dir right?)")
+
+    def read(self, table: str, columns: Sequence[str] | None = None,
+             schema: pa.Schema | None = None) -> pa.Table:
+        """The table's rows (only ``columns``); an empty table when it does not exist yet."""
+        schema = schema or job_table_schema(table)
+        try:
+            # use_threads=False: pyarrow's scan threads racing interpreter exit abort the
+            # process now and then ("terminate called without an active exception",
+            # delta-rs#2184, arrow#34314); the ops tables are small enough for one thread.
+            data = DeltaTable(self.path(table)).to_pyarrow_dataset().to_table(
+                columns=list(columns) if columns else None, use_threads=False)
+        except TableNotFoundError:
+            empty = schema if not columns else pa.schema([schema.field(c) for c in columns])
+            return empty.empty_table()
+        except OSError as exc:
+            raise LakeUnreachable(f"cannot read {self.path(table)}: {exc}") from None
+        return data
+
+    def append(self, table: str, rows: pa.Table) -> None:
+        """Append rows to an ops-owned table, creating it on first use."""
+        try:
+            write_deltalake(self.path(table), rows, mode="append")
+        except OSError as exc:
+            raise LakeUnreachable(f"cannot write {self.path(table)}: {exc}") from None

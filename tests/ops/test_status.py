@@ -1,0 +1,98 @@
+"""``urbpipe status`` over real Delta tables, a fake checkpoint and a metrics file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import Settings
+from pipeline.ops.cli import main
+from pipeline.ops.lake import Lake
+from pipeline.ops.status import build_report, format_report
+from tests.ops.conftest import WriteTable, at, gap_row, transaction
+from tests.ops.test_lake_checkpoint import write_checkpoint
+
+
+@pytest.fixture
+def landed(ops_settings: Settings, write_table: WriteTable, tmp_path: Path) -> Path:
+    """Two subscriptions: COLOR restarted (epoch 2) with an open gap, EMPLOYEE clean."""
+    write_table("transactions", [
+        transaction("COLOR", 0, landed=1), transaction("COLOR", 40, landed=2),
+        transaction("COLOR", 41, landed=3), transaction("COLOR", 3, epoch=2, landed=20),
+        transaction("EMPLOYEE", 9, landed=5)])
+    write_table("gaps", [gap_row("COLOR", 2, "requested", 21, epoch=2),
+                         gap_row("EMPLOYEE", 4, "filled", 4)])
+    write_table("status_events", [
+        {"destination": "OUT1", "subscription": "", "rt": "", "st": "REST", "rsp": 0,
+         "subc": 0, "time": at(15), "received_at": at(15)},
+        {"destination": "OUT1", "subscription": "COLOR", "rt": "TRAN", "st": "TRSP",
+         "rsp": 131, "subc": 35, "token": "URBPIPE", "tsnr": 2, "time": at(22),
+         "received_at": at(22)}])
+    write_checkpoint(Path(ops_settings.location(ops_settings.stream.checkpoint_dir)),
+                     {7: {"urb.out1": {"0": 90, "1": 10}, "urb.replies": {"0": 4}}}, {7})
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text(json.dumps({"batch_id": 6, "state_rows": 1}) + "\n"
+                       + json.dumps({"batch_id": 7, "state_rows": 2,
+                                     "state_memory_bytes": 4096}) + "\n")
+    return metrics
+
+
+def test_report_per_key(ops_settings: Settings, landed: Path) -> None:
+    ends = {"urb.out1": {0: 100, 1: 10}, "urb.replies": {0: 4}}
+    report = build_report(ops_settings, Lake(ops_settings), end_offsets=ends,
+                          metrics_path=str(landed), now=at(30))
+    keys = {(k.destination, k.subscription): k for k in report.keys}
+    color = keys[("OUT1", "COLOR")]
+    assert (color.epoch, color.last_tsnr, color.transactions) == (2, 3, 4)
+    assert color.lag_seconds == pytest.approx(13.0)  # now − newest commit (landed 20 − 3)
+    assert color.lag_messages == 10
+    assert [g["ref"] for g in color.gaps] == ["OUT1/COLOR/2:2"]
+    assert color.last_status is not None
+    assert color.last_status["st"] == "TRSP"
+    assert "not found in the resend buffer" in color.last_status["error"]
+    employee = keys[("OUT1", "EMPLOYEE")]
+    assert (employee.epoch, employee.last_tsnr, employee.gaps) == (1, 9, [])
+    assert employee.last_status is not None and employee.last_status["st"] == "REST"
+    assert report.state == {"batch_id": 7, "state_rows": 2, "state_memory_bytes": 4096,
+                            "timestamp": None, "duration_ms": None}
+    assert report.checkpoint_batch == 7 and report.problems == 1
+    text = format_report(report)
+    assert "OUT1/COLOR: epoch 2 tsnr 3" in text and "lag 10 msgs" in text
+    assert "urb.out1[0] (OUT1): end 100 processed 90 lag 10" in text
+
+
+def test_status_cli_json_without_broker(conf_file: Path, landed: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["status", "--conf-file", str(conf_file), "--no-kafka", "--json",
+                 "--metrics-file", str(landed)])
+    assert code == 1  # COLOR has a requested gap
+    data = json.loads(capsys.readouterr().out)
+    assert {(k["destination"], k["subscription"]) for k in data["keys"]} == {
+        ("OUT1", "COLOR"), ("OUT1", "EMPLOYEE")}
+    assert all(p["end_offset"] is None and p["lag"] is None for p in data["partitions"])
+    assert data["state"]["state_rows"] == 2
+
+
+def test_status_with_unreachable_broker_still_reports_then_exits_3(
+        conf_file: Path, landed: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["status", "--conf-file", str(conf_file), "--kafka-timeout", "1"])
+    out, err = capsys.readouterr()
+    assert code == 3
+    assert "OUT1/COLOR" in out
+    assert err.startswith("error: broker 127.0.0.1:1 unreachable") and err.count("\n") == 1
+
+
+def test_status_without_lake_exits_3(conf_file: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--conf-file", str(conf_file), "--no-kafka"]) == 3
+    assert "no Delta tables" in capsys.readouterr().err
+
+
+def test_bad_conf_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("stream:\n  shuffle_partitions: 0\n")
+    assert main(["status", "--conf-file", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "shuffle_partitions" in err and err.count("\n") == 1
