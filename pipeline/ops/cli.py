@@ -1,0 +1,374 @@
+"""``urbpipe``: the operator's command line for the replicator → Kafka → Delta pipeline.
+
+Every command reads the job's conf (``--conf-file``, default ``conf/local.yaml`` or
+``$URBPIPE_CONF``, with the same ``URBPIPE__…`` environment overrides as the job), reads the
+lake without Spark, and ends with an exit code scripts can branch on. Errors are one line on
+stderr, never a traceback (``URBPIPE_DEBUG=1`` shows it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pipeline.config import ConfigError, Settings, load_settings
+from pipeline.ops import errors
+from pipeline.ops.errors import BrokerUnreachable, OpsError, UsageError
+
+INTERNAL_ERROR = 4
+EXIT_CODES = f"""exit codes:
+  {errors.OK}  ok
+  {errors.PROBLEMS}  found problems (open or unacknowledged gaps, an error reply or no reply,
+     quarantined messages pending or still failing)
+  {errors.USAGE}  usage or conf error
+  {errors.UNREACHABLE}  broker or lake unreachable
+  {INTERNAL_ERROR}  internal error (a bug: rerun with URBPIPE_DEBUG=1 and report it)"""
+_RELATIVE = re.compile(r"^(\d+)\s*([smhd])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """``2h``/``30m``/``1d``/``45s`` ago, or an ISO-8601 time (UTC when no zone is given)."""
+    match = _RELATIVE.match(text.strip())
+    if match:
+        return (now or datetime.now(UTC)) - timedelta(**{_UNITS[match[2]]: int(match[1])})
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither an ISO time nor a duration like 30m, 2h, 1d") from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.ops.kafka_offsets import end_offsets
+    from pipeline.ops.lake import Lake
+    from pipeline.ops.status import build_report, format_report
+
+    lake = Lake(settings)
+    lake.require()
+    ends, broker_error = None, None
+    if not args.no_kafka:
+        try:
+            ends = end_offsets(settings, settings.source_topics(), timeout=args.kafka_timeout)
+        except BrokerUnreachable as exc:
+            broker_error = str(exc)
+    metrics = args.metrics_file or settings.location(".run/metrics.jsonl")
+    report = build_report(settings, lake, end_offsets=ends, metrics_path=metrics,
+                          broker_error=broker_error)
+    if args.json:
+        _print_json(report.as_dict())
+    else:
+        print(format_report(report))
+    if broker_error:
+        print(f"error: {broker_error}", file=sys.stderr)
+        return errors.UNREACHABLE
+    return errors.PROBLEMS if report.problems else errors.OK
+
+
+def cmd_request(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.ops import requests_cmd as rc
+
+    token = args.token or settings.replicator.request_token
+    if not 1 <= len(token) <= 8:
+        raise UsageError("--token must be 1-8 characters")
+    reply_dest = "" if args.no_reply else (args.reply_destination
+                                            or settings.replicator.reply_destination)
+    request = rc.build_request(args.kind, args, settings, token, reply_dest)
+    topic = None if not reply_dest or args.no_wait else rc.reply_topic(
+        settings, reply_dest, args.reply_topic)
+    replies = rc.send_and_wait(settings, request, topic, timeout=args.timeout,
+                               settle=args.settle)
+    sent = f"sent {request.rt} (token {token}) to {settings.topics.requests}"
+    if args.json:
+        _print_json({"request": request.rt, "token": token, "topic": settings.topics.requests,
+                     "reply_topic": topic, "replies": [r.as_dict() for r in replies]})
+    else:
+        print(sent + (f", replies from {topic}:" if topic else ""))
+        for reply in replies:
+            print(f"  {reply.describe()}")
+    if topic is None:
+        return errors.OK
+    if not replies:
+        print(f"error: no reply to {request.rt} token {token} on {topic} within "
+              f"{args.timeout:g}s", file=sys.stderr)
+        return errors.PROBLEMS
+    return errors.PROBLEMS if any(r.is_error for r in replies) else errors.OK
+
+
+def cmd_gaps_list(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.ops.gaps_cmd import format_gaps, load_gaps
+    from pipeline.ops.lake import Lake
+
+    lake = Lake(settings)
+    lake.require()
+    gaps = load_gaps(lake)
+    shown = gaps if args.all else [g for g in gaps if g.is_problem]
+    if args.json:
+        _print_json([g.as_dict() for g in shown])
+    else:
+        print(format_gaps(shown))
+    return errors.PROBLEMS if any(g.is_problem for g in gaps) else errors.OK
+
+
+def cmd_gaps_ack(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.ops.gaps_cmd import acknowledge
+    from pipeline.ops.lake import Lake
+
+    lake = Lake(settings)
+    lake.require()
+    gap = acknowledge(lake, args.gap, args.by, args.note)
+    print(f"acknowledged {gap.ref} ({gap.state}, tsnr {gap.row['from_tsnr']}-"
+          f"{gap.row['to_tsnr']}) by {args.by}")
+    return errors.OK
+
+
+def cmd_quarantine_list(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.ops.lake import Lake
+    from pipeline.ops.quarantine_cmd import format_entries, list_entries
+
+    lake = Lake(settings)
+    lake.require()
+    rows = list_entries(lake, include_replayed=args.all, since=args.since)
+    if args.json:
+        _print_json(rows)
+    else:
+        print(format_entries(rows))
+    return errors.PROBLEMS if any(r["replayed_at"] is None for r in rows) else errors.OK
+
+
+def cmd_quarantine_replay(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.ops.lake import Lake
+    from pipeline.ops.quarantine_cmd import replay
+
+    lake = Lake(settings)
+    lake.require()
+    report = replay(settings, lake, since=args.since, dry_run=args.dry_run)
+    if args.json:
+        _print_json(report.as_dict())
+    else:
+        print(report.describe())
+        for f in report.failures[:20]:
+            print(f"  still failing {f['topic']}[{f['partition']}]@{f['offset']}: {f['error']}")
+    return errors.PROBLEMS if report.still_failing else errors.OK
+
+
+def cmd_dump(args: argparse.Namespace, settings: Settings | None) -> int:
+    from pipeline.urb.dump import main as dump_main
+
+    argv = ["dump", args.file, "--codepage",
+            args.codepage or (settings.replicator.codepage if settings else "cp037")]
+    if args.framed is not None:
+        argv.append("--framed" if args.framed else "--single")
+    return dump_main(argv)
+
+
+# -- the parser --------------------------------------------------------------------------------
+
+
+def _conf_option(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    parser.add_argument(
+        "--conf-file", metavar="PATH", default=None if top else argparse.SUPPRESS,
+        help="the job's conf file (default: $URBPIPE_CONF or conf/local.yaml); "
+             "URBPIPE__SECTION__KEY environment overrides apply")
+
+
+def _sub(subs: Any, name: str, help_text: str, description: str,
+         func: Callable[..., int]) -> argparse.ArgumentParser:
+    p = subs.add_parser(name, help=help_text, description=description, epilog=EXIT_CODES,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    _conf_option(p, top=False)
+    p.set_defaults(func=func)
+    return p
+
+
+def _json_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable JSON output")
+
+
+def _request_parsers(subs: Any) -> None:
+    req = subs.add_parser(
+        "request", help="send TRAN/STAT/INST/OPND/CLSD to the replicator and wait for the reply",
+        description="Build a request with the codec, send it to topics.requests with a token, "
+                    "and when a reply destination is set (default replicator.reply_destination, "
+                    "read from topics.replies) wait for the URBS replies carrying the token and "
+                    "print them with status and subcode in words.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    kinds = req.add_subparsers(dest="kind", required=True, metavar="KIND")
+    common = argparse.ArgumentParser(add_help=False)
+    _conf_option(common, top=False)
+    common.add_argument("--token", help="request token URBIRTOK, 1-8 characters "
+                                        "(default replicator.request_token)")
+    common.add_argument("--reply-destination", metavar="DNAM",
+                        help="reply destination URBIRNAM (default replicator.reply_destination)")
+    common.add_argument("--reply-topic", help="Kafka topic of the reply destination (default: "
+                                              "topics.replies, or the topics.outputs entry)")
+    common.add_argument("--no-reply", action="store_true",
+                        help="name no reply destination and do not wait")
+    common.add_argument("--no-wait", action="store_true",
+                        help="name the reply destination but do not wait for the reply")
+    common.add_argument("--timeout", type=float, default=30.0,
+                        help="seconds to wait for the reply (default 30)")
+    common.add_argument("--settle", type=float, default=2.0,
+                        help="STAT: seconds to wait for more SUBS after the last (default 2)")
+    _json_option(common)
+
+    def kind(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = kinds.add_parser(name, parents=[common], help=help_text, description=help_text,
+                             epilog=EXIT_CODES,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.set_defaults(func=cmd_request)
+        return p
+
+    p = kind("tran", "prior-transaction request: resend one transaction from the resend buffer")
+    p.add_argument("subscription", help="subscription name (URBISNAM)")
+    p.add_argument("tsnr", type=int, help="transaction sequence number to resend")
+    p.add_argument("--destination", help="destination (URBIDNAM); default: the subscription's "
+                                         "only destination in conf, else blank (all)")
+    p = kind("stat", "status request for a subscription, a destination or the pair")
+    p.add_argument("--subscription", help="subscription name (URBISNAM)")
+    p.add_argument("--destination", help="destination name (URBIDNAM)")
+    p = kind("inst", "initial-state request for one file of an initial-state definition")
+    p.add_argument("name", help="initial-state definition name (URBIINAM)")
+    p.add_argument("dbid", type=int, help="database id")
+    p.add_argument("fnr", type=int, help="file number")
+    sel = p.add_mutually_exclusive_group()
+    sel.add_argument("--isns", help="ISN list, e.g. 1,5-9,12 (default: the whole file)")
+    sel.add_argument("--selection", help="selection data as text")
+    kind("open", "open a destination (OPND)").add_argument("destination")
+    kind("close", "close a destination (CLSD)").add_argument("destination")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="urbpipe",
+        description="Operate the Event Replicator → Kafka → Spark → Delta pipeline: status, "
+                    "requests to the replicator, gaps, quarantine, message dumps.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _conf_option(parser, top=True)
+    subs = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = _sub(subs, "status", "per destination/subscription: landed tsnr, gaps, lag, state",
+             "Per (destination, subscription): newest epoch and landed tsnr, open gaps and "
+             "their states, Kafka lag in messages (topic end offsets vs. the newest completed "
+             "batch in the query checkpoint) and in seconds (now - newest landed commit time), "
+             "the last status event; and the state size from the job's metrics file. Reads "
+             "Delta without Spark.", cmd_status)
+    _json_option(p)
+    p.add_argument("--no-kafka", action="store_true", help="do not ask the broker (lag unknown)")
+    p.add_argument("--kafka-timeout", type=float, default=5.0,
+                   help="seconds to wait for the broker (default 5)")
+    p.add_argument("--metrics-file", help="the job's metrics JSON lines "
+                                          "(default .run/metrics.jsonl under the project)")
+
+    _request_parsers(subs)
+
+    gaps = subs.add_parser("gaps", help="list gaps, acknowledge them",
+                           description="Gaps in the transaction sequence and their states. "
+                                       "A gap is a problem while open or requested, or "
+                                       "unrecoverable and not acknowledged.",
+                           epilog=EXIT_CODES,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    gsub = gaps.add_subparsers(dest="action", required=True, metavar="ACTION")
+    p = _sub(gsub, "list", "gaps that are problems (--all: every gap)",
+             "List gaps by their current state; exit 1 when any is a problem.", cmd_gaps_list)
+    p.add_argument("--all", action="store_true", help="also filled and acknowledged gaps")
+    _json_option(p)
+    p = _sub(gsub, "ack", "acknowledge a gap (recorded in the gap_acks Delta table)",
+             "Record who acknowledged a gap and why, in the gap_acks Delta table next to the "
+             "job's tables.", cmd_gaps_ack)
+    p.add_argument("gap", metavar="GAP_ID",
+                   help="DEST/SUBSCRIPTION/EPOCH:TSNR as gaps list shows it (or the bare "
+                        "EPOCH:TSNR when unambiguous)")
+    p.add_argument("--by", required=True, help="who acknowledges")
+    p.add_argument("--note", help="why, or what was done about the lost transactions")
+
+    quar = subs.add_parser("quarantine", help="list quarantined input, replay it after a fix",
+                           description="Messages the job could not process.",
+                           epilog=EXIT_CODES,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    qsub = quar.add_subparsers(dest="action", required=True, metavar="ACTION")
+    since = {"type": parse_since, "metavar": "WHEN",
+             "help": "only rows quarantined since WHEN (ISO time, or 30m, 2h, 1d ago)"}
+    p = _sub(qsub, "list", "quarantined messages not yet replayed (--all: also replayed)",
+             "List quarantine rows; exit 1 when any is pending.", cmd_quarantine_list)
+    p.add_argument("--all", action="store_true", help="also rows already replayed")
+    p.add_argument("--since", **since)
+    _json_option(p)
+    p = _sub(qsub, "replay", "re-decode quarantined messages; re-produce those that decode now",
+             "Re-decode the raw bytes of quarantined messages with the current codec and "
+             "re-produce the ones that now decode to their original topic (headers "
+             "urbpipe-replay and urbpipe-replay-of=topic/partition/offset); the ones still "
+             "failing stay. Replays are recorded in the quarantine_replays Delta table so a "
+             "message is never replayed twice. Exit 1 when some still fail.",
+             cmd_quarantine_replay)
+    p.add_argument("--since", **since)
+    p.add_argument("--dry-run", action="store_true", help="re-decode and report, send nothing")
+    _json_option(p)
+
+    p = _sub(subs, "dump", "decode captured messages (python -m pipeline.urb dump)",
+             "Print messages like the replicator documentation does; exit 1 when some do not "
+             "decode.", cmd_dump)
+    p.add_argument("file", metavar="FILE|-", help="a message file, or - for standard input")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--single", dest="framed", action="store_false", default=None,
+                      help="the input is one message")
+    mode.add_argument("--framed", dest="framed", action="store_true",
+                      help="messages each prefixed by a 4-byte big-endian length")
+    p.add_argument("--codepage", help="EBCDIC code page (default replicator.codepage)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2, message already printed)
+        return int(exc.code or 0)
+    try:
+        if args.func is cmd_dump and args.conf_file is None:
+            settings = _try_settings()
+            return cmd_dump(args, settings)
+        settings = load_settings(args.conf_file)
+        return args.func(args, settings)
+    except ConfigError as exc:
+        return _fail(f"conf: {exc}", errors.USAGE)
+    except OpsError as exc:
+        return _fail(str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    except Exception as exc:  # one line for operators, never a traceback
+        if os.environ.get("URBPIPE_DEBUG"):
+            traceback.print_exc()
+        return _fail(f"internal error: {type(exc).__name__}: {exc}", INTERNAL_ERROR)
+
+
+def _try_settings() -> Settings | None:
+    """dump works without a conf; the conf only supplies the default code page."""
+    try:
+        return load_settings()
+    except ConfigError:
+        return None
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
