@@ -65,7 +65,7 @@ class _Run:
         self.st, self.config, self.key, self.now = st, config, key, now_ms
         self.destination, self.subscription = key
         self.events: list[Event] = []
-        # The element at hand is the first after a URBC that continued the open transaction.
+        # The message at hand started with a URBC that continued the open transaction.
         self.resumed = False
 
     # ----------------------------------------------------------------- messages
@@ -82,8 +82,8 @@ class _Run:
             self.st.discard = None
             if self.st.partial is not None:
                 self._lose("the next message does not start with URBC")
-        for i, row in enumerate(msg[1:] if first.eye == "URBC" else msg):
-            self.resumed = continued and i == 0
+        self.resumed = continued
+        for row in msg[1:] if first.eye == "URBC" else msg:
             self._element(row)
         self.resumed = False
         self._end_of_message()
@@ -386,11 +386,13 @@ class _Run:
         self.st.discard = None if row.eye == "URBE" else p.tsnr
 
     def _resume_failed(self, row: ElementRow, error: str) -> None:
-        """The first element after an accepted URBC does not fit: a whole message was lost.
+        """An element of a message resumed by an accepted URBC does not fit: most likely a
+        whole message was lost before this one.
 
-        The URBC position is accepted in two conventions, so a lost message of a single
-        element can pass it; the element check then catches the loss. That is a lost
-        continuation (alert, gap, TRAN), not inconsistent input to quarantine.
+        The URBC position is accepted in two conventions, so after a lost message the URBC
+        can still pass and the next URBD may even fit the previous record; the element or
+        count checks catch the loss a few elements later. That is a lost continuation (alert,
+        gap, TRAN), not inconsistent input to quarantine.
         """
         p = self.st.partial
         assert p is not None

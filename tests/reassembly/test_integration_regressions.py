@@ -51,3 +51,17 @@ def test_message_lost_between_two_continuations_is_a_lost_continuation() -> None
     (lost,) = h.of(LostContinuation, events)
     assert lost.tsnr == 1 and "lost" in lost.reason
     assert h.landed(events) == []
+
+
+def test_lost_message_noticed_a_few_elements_after_the_urbc_is_a_lost_continuation() -> None:
+    """[URBT R1] [URBC R1's URBD, R2] (lost) [URBC(2,0) R2's URBD, R3 ...]: the URBC passes as
+    'next record', R2's URBD fits record 1, and only R3 shows the loss (the simulator's stream
+    of seed 19). Quarantined as inconsistent before; a lost continuation now."""
+    feed = Feed(convention="previous")
+    rows = feed.send(txn(1, 3, images=("A",)), cuts=[2, 4, 6])
+    first, _lost, third, fourth = _messages(rows)
+    h = Harness()
+    events = h.feed(first + third + fourth)
+    assert h.of(Inconsistent, events) == []
+    assert [e.tsnr for e in h.of(LostContinuation, events)] == [1]
+    assert h.landed(events) == []
