@@ -217,13 +217,18 @@ class MetricsListener(StreamingQueryListener):
 
     # -- called by the job's foreachBatch sink -----------------------------------------------
 
-    def record_batch_counts(self, batch_id: int, counts: Mapping[str, int]) -> None:
+    def record_batch_counts(self, batch_id: int, counts: Mapping[str, int],
+                            sink_seconds: float | None = None) -> None:
         """Counts the sink measured for ``batch_id`` (transactions, records, bytes, …).
 
-        Safe to call more than once per batch (a replayed batch): the later counts win.
+        Matches the sink's ``on_batch(batch_id, counts, seconds)`` callback, so it can be
+        passed as is; ``sink_seconds`` (time spent writing) lands as ``sink_ms``. Safe to call
+        more than once per batch (a replayed batch): the later counts win.
         """
         with self._lock:
             self._counts[int(batch_id)] = {k: int(v) for k, v in counts.items()}
+            if sink_seconds is not None:
+                self._counts[int(batch_id)]["sink_ms"] = int(sink_seconds * 1000)
             self._counts.move_to_end(int(batch_id))
             while len(self._counts) > _PENDING_LIMIT:
                 dropped, _ = self._counts.popitem(last=False)

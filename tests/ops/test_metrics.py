@@ -71,7 +71,7 @@ def test_percentile_interpolates() -> None:
 def test_listener_joins_counts_with_progress(tmp_path: Path) -> None:
     listener = MetricsListener(tmp_path / "m" / "metrics.jsonl")
     listener.record_batch_counts(3, {"transactions": 12, "records": 40, "duplicates": 1,
-                                     "gaps": 2})
+                                     "gaps": 2}, 1.25)  # as the sink's on_batch calls it
     listener.record_batch_latency(3, latency_breakdown([tx(0, 1, 2, 5)]))
     listener.onQueryProgress(SimpleNamespace(progress=FakeProgress(3)))
     listener.onQueryProgress(SimpleNamespace(progress=FakeProgress(4, numInputRows=0)))
@@ -80,7 +80,7 @@ def test_listener_joins_counts_with_progress(tmp_path: Path) -> None:
         3, 100, 12, 40)
     assert (first["state_rows"], first["state_memory_bytes"]) == (15, 1500)
     assert first["duration_ms"] == 2000 and first["input_rows_per_s"] is None
-    assert first["counts"] == {"gaps": 2}
+    assert first["counts"] == {"gaps": 2, "sink_ms": 1250}
     assert first["latency_s"]["commit_to_landed"]["p50"] == 5.0
     assert (second["transactions"], "latency_s" in second) == (0, False)
     lines = (tmp_path / "m" / "metrics.jsonl").read_text().splitlines()
