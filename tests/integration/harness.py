@@ -1,0 +1,287 @@
+"""An in-memory stand-in for Kafka + Spark around the real decode stage and state machine.
+
+Why: the streaming job is thin glue around three engine-free pieces (the simulator's bytes,
+``RecordDecoder`` and ``reassembly.step``). Driving them the way Kafka and Spark would — with
+partitions, offsets, micro-batches, shuffled rows per group, state kept only as bytes between
+batches, processing-time timers and the TRAN request loop back to the replicator — tests the
+whole data path in seconds, without a JVM.
+
+What it imitates, and how:
+- Kafka: a key always lands in one partition (``partition_of``: a stable hash of the key mod
+  P), offsets count per (topic, partition) from 0, a batch reads a prefix of what was appended.
+- Spark decode stage: ``RecordDecoder.rows`` per record, then an Arrow table with the job's
+  schema (so STCKs must fit int64 and absent structs become nulls), handed over as pandas.
+- applyInPandasWithState: one call per (destination, subscription) key with data, rows in a
+  deterministic shuffled order (Spark keeps none), split into frames of ``frame_rows``; keys
+  without data but with an expired timeout (timeout < batch time) are called with no rows;
+  state is only ever kept as ``KeyState.to_bytes`` output; the timeout is set from
+  ``next_timeout_ms`` (or cleared) on every call.
+- foreachBatch: rows per table collected; TRAN requests built by the codec and answered by the
+  simulator, whose deliveries are appended to "Kafka" for later batches (issue 5's closed loop).
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from pipeline.reassembly import Event, KeyState, ReassemblyConfig, events_to_rows, step
+from pipeline.reassembly.rows import ElementRow
+from pipeline.reassembly.tables import TABLES, ms_to_datetime
+from pipeline.sim import Delivery, Replicator, SimConfig
+from pipeline.spark.decode_stage import ARROW_SCHEMA, RecordDecoder
+from pipeline.spark.state_stage import split_rows
+from pipeline.urb import requests as urb_requests
+
+Key = tuple[str, str]
+Tables = dict[str, list[dict[str, Any]]]
+
+START_MS = 1_750_000_000_000
+REPLY_DESTINATION = "REPLY"
+REQUEST_TOKEN = "URBPIPE"
+CODEPAGE = "cp037"
+
+
+def default_reassembly(**overrides: Any) -> ReassemblyConfig:
+    """The machine as conf/local.yaml configures it (reply destination, token, retries)."""
+    base: dict[str, Any] = {"reply_destination": REPLY_DESTINATION,
+                            "request_token": REQUEST_TOKEN, "retry_initial_ms": 10_000,
+                            "max_retries": 3}
+    return ReassemblyConfig(**{**base, **overrides})
+
+
+def partition_of(key: bytes, partitions: int) -> int:
+    """Kafka's default partitioner hashes the key (murmur2); any stable hash keeps one key in
+    one partition, which is all the job relies on."""
+    return zlib.crc32(key) % partitions
+
+
+def decoder_for(config: SimConfig, codepage: str = CODEPAGE) -> RecordDecoder:
+    """The decoder the job builds from conf (pipeline/spark/query.py:record_decoder)."""
+    destinations = {d.topic: d.name for d in config.destinations}
+    homes = {s.name: s.destinations[0] for s in config.subscriptions if len(s.destinations) == 1}
+    return RecordDecoder(destinations, config.destinations[0].name, codepage, homes)
+
+
+@dataclass(frozen=True)
+class KafkaRecord:
+    """One record as Spark's Kafka source hands it to the decode stage."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes
+    value: bytes
+
+
+class KafkaLog:
+    """Topics of P partitions each: appends records, numbering offsets per partition."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self._next: dict[tuple[str, int], int] = defaultdict(int)
+        self.records: list[KafkaRecord] = []
+
+    def append(self, delivery: Delivery) -> KafkaRecord:
+        key = delivery.key.encode("latin-1")
+        part = partition_of(key, self.partitions)
+        offset = self._next[(delivery.topic, part)]
+        self._next[(delivery.topic, part)] = offset + 1
+        record = KafkaRecord(delivery.topic, part, offset, key, delivery.value)
+        self.records.append(record)
+        return record
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What Spark keeps between batches for the stateful operator: state bytes and timeouts."""
+
+    states: Mapping[Key, bytes] = field(default_factory=dict)
+    timeouts: Mapping[Key, int] = field(default_factory=dict)
+
+
+@dataclass
+class BatchOutput:
+    """One micro-batch's result: its rows per table, the raw events, the next checkpoint."""
+
+    batch_id: int
+    now_ms: int
+    tables: Tables
+    events: list[Event]
+    checkpoint: Checkpoint
+    calls: list[Key]
+
+
+def element_rows(decoder: RecordDecoder, records: Iterable[KafkaRecord]) -> list[dict[str, Any]]:
+    """The decode stage: every record becomes element rows (error rows included)."""
+    rows: list[dict[str, Any]] = []
+    for r in records:
+        rows.extend(decoder.rows(r.topic, r.partition, r.offset, r.key, r.value))
+    return rows
+
+
+def group_frames(rows: list[dict[str, Any]], batch_id: int, shuffle_seed: int,
+                 frame_rows: int) -> dict[Key, list[pd.DataFrame]]:
+    """Rows per (destination, subscription), shuffled, as the pandas frames Spark hands over.
+
+    Going through Arrow with the job's schema checks what mapInArrow would reject (e.g. a STCK
+    that does not fit int64) and gives the exact pandas shapes (dict structs, None for nulls).
+    """
+    groups: dict[Key, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[(row["destination"], row["subscription"])].append(row)
+    frames: dict[Key, list[pd.DataFrame]] = {}
+    for key in sorted(groups):
+        group = groups[key]
+        random.Random(f"{shuffle_seed}/{batch_id}/{key}").shuffle(group)
+        chunks = [group[i:i + frame_rows] for i in range(0, len(group), frame_rows)]
+        frames[key] = [pa.Table.from_pylist(c, schema=ARROW_SCHEMA).to_pandas() for c in chunks]
+    return frames
+
+
+def call_key(blob: bytes | None, frames: Sequence[pd.DataFrame], now_ms: int,
+             config: ReassemblyConfig, key: Key) -> tuple[bytes | None, int | None, Tables,
+                                                         list[Event]]:
+    """One state-function call, as pipeline/spark/state_stage.py makes it."""
+    elements: list[ElementRow] = []
+    rejected: list[dict[str, Any]] = []
+    for pdf in frames:
+        e, r = split_rows(pdf)
+        elements.extend(e)
+        rejected.extend(r)
+    current = KeyState.from_bytes(blob) if blob is not None else None
+    result = step(current, elements, now_ms, config, key)
+    tables = events_to_rows(result.events, now_ms)
+    for row in rejected:
+        row["quarantined_at"] = ms_to_datetime(now_ms)
+    tables["quarantine"].extend(rejected)
+    new_blob = result.state.to_bytes() if result.state is not None else None
+    timeout = result.next_timeout_ms if new_blob is not None else None
+    return new_blob, timeout, tables, result.events
+
+
+def process_batch(checkpoint: Checkpoint, records: Sequence[KafkaRecord], now_ms: int,
+                  batch_id: int, config: ReassemblyConfig, decoder: RecordDecoder, *,
+                  shuffle_seed: int = 0, frame_rows: int = 10_000) -> BatchOutput:
+    """A pure function of its inputs, like a Spark micro-batch replayed from its offset log."""
+    frames = group_frames(element_rows(decoder, records), batch_id, shuffle_seed, frame_rows)
+    expired = {k for k, t in checkpoint.timeouts.items() if t < now_ms and k not in frames}
+    states, timeouts = dict(checkpoint.states), dict(checkpoint.timeouts)
+    tables: Tables = {name: [] for name in TABLES}
+    events: list[Event] = []
+    calls = sorted(set(frames) | expired)
+    for key in calls:
+        blob, timeout, out, evs = call_key(states.get(key), frames.get(key, []), now_ms,
+                                           config, key)
+        _put(states, key, blob)
+        _put(timeouts, key, timeout)
+        for name, rows in out.items():
+            tables.setdefault(name, []).extend(rows)
+        events.extend(evs)
+    return BatchOutput(batch_id, now_ms, tables, events, Checkpoint(states, timeouts), calls)
+
+
+def _put(mapping: dict[Key, Any], key: Key, value: Any) -> None:
+    if value is None:
+        mapping.pop(key, None)
+    else:
+        mapping[key] = value
+
+
+def tran_bytes(row: Mapping[str, Any], config: ReassemblyConfig) -> bytes:
+    """The TRAN request for one ``requests`` row, as pipeline/spark/sinks.py builds it."""
+    return urb_requests.tran(row["subscription"], row["destination"], int(row["tsnr"]),
+                             rnam=row.get("reply_destination") or config.reply_destination,
+                             rtok=row.get("token") or config.request_token)
+
+
+class Harness:
+    """Kafka + the streaming job in memory, closed over the simulator's request answering."""
+
+    def __init__(self, replicator: Replicator, *, partitions: int = 2,
+                 config: ReassemblyConfig | None = None, shuffle_seed: int = 0,
+                 start_ms: int = START_MS, interval_ms: int = 1_000,
+                 frame_rows: int = 10_000, answer_requests: bool = True) -> None:
+        self.replicator = replicator
+        self.config = config or default_reassembly()
+        self.decoder = decoder_for(replicator.config)
+        self.kafka = KafkaLog(partitions)
+        self.shuffle_seed, self.frame_rows = shuffle_seed, frame_rows
+        self.interval_ms, self.now_ms = interval_ms, start_ms
+        self.answer_requests = answer_requests
+        self.read = 0  # records consumed so far (a prefix of the log)
+        self.checkpoint = Checkpoint()
+        self.batches: list[BatchOutput] = []
+        self.tables: Tables = {name: [] for name in TABLES}
+        self.requests_sent: list[bytes] = []
+
+    # -- input --------------------------------------------------------------------------------
+    def feed(self, deliveries: Iterable[Delivery]) -> list[KafkaRecord]:
+        """Produce deliveries to "Kafka" (they become readable by the next batch)."""
+        return [self.kafka.append(d) for d in deliveries]
+
+    @property
+    def pending(self) -> int:
+        return len(self.kafka.records) - self.read
+
+    # -- batches ------------------------------------------------------------------------------
+    def batch(self, count: int | None = None) -> BatchOutput:
+        """Run one micro-batch over the next ``count`` records (all pending when None)."""
+        take = self.pending if count is None else min(count, self.pending)
+        records = self.kafka.records[self.read:self.read + take]
+        self.now_ms += self.interval_ms
+        out = process_batch(self.checkpoint, records, self.now_ms, len(self.batches),
+                            self.config, self.decoder, shuffle_seed=self.shuffle_seed,
+                            frame_rows=self.frame_rows)
+        self.read += take
+        self.commit(out)
+        return out
+
+    def commit(self, out: BatchOutput) -> None:
+        """foreachBatch: keep the rows, send the requests, then checkpoint the batch."""
+        self.batches.append(out)
+        for name, rows in out.tables.items():
+            self.tables.setdefault(name, []).extend(rows)
+        for row in out.tables.get("requests", []):
+            request = tran_bytes(row, self.config)
+            self.requests_sent.append(request)
+            if self.answer_requests:
+                self.feed(self.replicator.answer(request))
+        self.checkpoint = out.checkpoint
+
+    def run(self, cuts: Iterable[int] = (), max_batches: int = 500) -> None:
+        """Batches of the given sizes first, then everything else until nothing is left."""
+        for size in cuts:
+            if self.pending:
+                self.batch(size)
+        self.drain(max_batches)
+
+    def drain(self, max_batches: int = 500) -> None:
+        """Batches until no input is pending and no timer is armed (idle time is skipped)."""
+        for _ in range(max_batches):
+            if self.pending:
+                self.batch()
+            elif self.checkpoint.timeouts:
+                # Empty batches before the earliest timeout change nothing: jump past it.
+                self.now_ms = max(self.now_ms, min(self.checkpoint.timeouts.values()))
+                self.batch()
+            else:
+                return
+        raise AssertionError(f"stream did not settle within {max_batches} batches")
+
+    # -- views --------------------------------------------------------------------------------
+    def rows(self, table: str, **match: Any) -> list[dict[str, Any]]:
+        """Collected rows of a table whose columns equal ``match``."""
+        return [r for r in self.tables.get(table, [])
+                if all(r.get(k) == v for k, v in match.items())]
+
+    def state(self, key: Key) -> KeyState | None:
+        blob = self.checkpoint.states.get(key)
+        return KeyState.from_bytes(blob) if blob is not None else None
