@@ -132,13 +132,19 @@ def classify(
     """
     if tsnr == 0:
         return Verdict.INITIAL, None
-    if window.contains(tsnr, fp) or (flagged and window.contains_tsnr(tsnr)):
+    if window.contains(tsnr, fp):
         return Verdict.DUPLICATE, None
     if next_u is None:
+        if flagged and window.contains_tsnr(tsnr):
+            return Verdict.DUPLICATE, None
         return Verdict.BASELINE, tsnr
     u = unwrap(tsnr, next_u)
+    # A tsnr an open gap waits for is filled even when an older epoch landed the same tsnr:
+    # the window is not epoch-aware, the gap is.
     if is_missing(u):
         return Verdict.FILL, u
+    if flagged and window.contains_tsnr(tsnr):
+        return Verdict.DUPLICATE, None
     if u == next_u:
         return Verdict.NEXT, u
     if flagged:

@@ -238,3 +238,18 @@ def test_initial_state_before_any_live_transaction_does_not_set_baseline() -> No
     assert h.state.next_u is None
     events = h.feed(feed.send(txn(300)))
     assert only(events, GapOpened) == []
+
+
+def test_flagged_resend_fills_gap_even_if_an_older_epoch_landed_that_tsnr() -> None:
+    """Regression (demo run): after a restart, the resend of the new epoch's missing tsnr 1
+    was dropped as 'already landed' because epoch 0's tsnr 1 was still in the window."""
+    from pipeline.reassembly.sequence import DupWindow, Verdict, classify
+
+    window = DupWindow(16, [(1, 111), (2, 222), (38, 380)])  # epoch 0's landed tsnrs
+    missing = {1, 38}
+    verdict, u = classify(1, 999, True, 40, window, lambda v: v in missing)
+    assert (verdict, u) == (Verdict.FILL, 1)
+    # the exact same content (tsnr and fingerprint) is still a duplicate
+    assert classify(1, 111, True, 40, window, lambda v: v in missing)[0] is Verdict.DUPLICATE
+    # a flagged repeat of a landed tsnr that no gap waits for stays a duplicate
+    assert classify(2, 999, True, 40, window, lambda v: False)[0] is Verdict.DUPLICATE
