@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pipeline.config import Settings
 from pipeline.reassembly import ReassemblyConfig
 from pipeline.spark.decode_stage import RecordDecoder, arrow_decoder, spark_ddl
-from pipeline.spark.sinks import batch_writer
+from pipeline.spark.sinks import BatchCallback, batch_writer
 from pipeline.spark.state_stage import OUTPUT_DDL, STATE_DDL, state_function
 from pipeline.spark.tables import ensure_tables
 
@@ -92,7 +91,7 @@ def checkpoint_app_id(spark: SparkSession, checkpoint: str) -> str:
 
 
 def start_stream(spark: SparkSession, settings: Settings, *,
-                 on_batch: Callable[[int, dict[str, int]], None] | None = None,
+                 on_batch: BatchCallback | None = None,
                  trigger_interval: str | None = None) -> StreamingQuery:
     """Create the tables, then start the query from its checkpoint."""
     ensure_tables(spark, settings)

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+_SUBMIT_KEYS = frozenset({"spark.master", "spark.jars", "spark.driver.memory"})
+
+
 def session_conf(settings: Settings) -> dict[str, str]:
     """Every Spark setting the product relies on, from conf, as one dict (tested without Spark)."""
     s = settings.spark
@@ -39,6 +42,10 @@ def session_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
         "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
+        # Delta rebuilds table snapshots with 50 partitions by default: far too many tasks
+        # for small per-batch commits on few cores.
+        "spark.databricks.delta.snapshotPartitions": str(
+            max(2, settings.stream.shuffle_partitions)),
         "spark.sql.warehouse.dir": settings.location(".run/spark-warehouse"),
         "spark.driver.extraJavaOptions": f"-Dderby.system.home={settings.location('.run')}",
     }
@@ -54,8 +61,14 @@ def build_session(settings: Settings) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark import SparkConf
+
+    # Under spark-submit, its own --master/--jars/--driver-memory win over conf/.
+    submitted = SparkConf()
     builder = SparkSession.builder
     for key, value in session_conf(settings).items():
+        if key in _SUBMIT_KEYS and submitted.contains(key):
+            continue
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark.log_level)

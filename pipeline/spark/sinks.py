@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Settings
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 log = logging.getLogger("urbpipe.sink")
+_WRITERS = 4
 _TS_FORMAT = "yyyy-MM-dd'T'HH:mm:ss[.SSSSSS]XXX"
 
 
@@ -59,8 +62,11 @@ class KafkaOut:
         if self._producer is None:
             from confluent_kafka import Producer
 
+            quiet = logging.getLogger("urbpipe.kafka.producer")
+            quiet.setLevel(logging.ERROR)  # librdkafka's transient coordinator chatter
             self._producer = Producer({**self._settings.kafka.confluent(),
-                                       "enable.idempotence": "true", "linger.ms": "5"})
+                                       "enable.idempotence": "true", "linger.ms": "5"},
+                                      logger=quiet)
         self._producer.produce(topic, key=key.encode(), value=value,
                                headers=list(headers.items()))
 
@@ -94,27 +100,35 @@ def send_requests_and_alerts(settings: Settings, out: KafkaOut, requests: list[d
     out.flush()
 
 
-def batch_writer(settings: Settings, app_id: str,
-                 on_batch: Callable[[int, dict[str, int]], None] | None = None,
+BatchCallback = Callable[[int, dict[str, int], float], None]
+
+
+def batch_writer(settings: Settings, app_id: str, on_batch: BatchCallback | None = None,
                  ) -> Callable[[DataFrame, int], None]:
     """The foreachBatch function."""
     out = KafkaOut(settings)
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         # foreachBatch re-runs the whole plan (including the state function) per action.
+        started = time.monotonic()
         batch = batch.persist()
         try:
             counts = {r["table"]: r["count"] for r in batch.groupBy("table").count().collect()}
-            for table in TABLES:
-                if counts.get(table):
-                    _write_delta(table_frame(batch, table, batch_id),
-                                 table_path(settings, table), f"{app_id}-{table}", batch_id)
+            # Tables are independent Delta logs: commit them concurrently (each is its own
+            # Spark job), which hides most of the per-commit latency.
+            with ThreadPoolExecutor(max_workers=_WRITERS) as pool:
+                futures = [pool.submit(_write_delta, table_frame(batch, table, batch_id),
+                                       table_path(settings, table), f"{app_id}-{table}",
+                                       batch_id)
+                           for table in TABLES if counts.get(table)]
+                for future in futures:
+                    future.result()
             requests = _collect(batch, "requests") if counts.get("requests") else []
             alerts = _collect(batch, "alerts") if counts.get("alerts") else []
             if requests or alerts:
                 send_requests_and_alerts(settings, out, requests, alerts)
             if on_batch is not None:
-                on_batch(batch_id, counts)
+                on_batch(batch_id, counts, time.monotonic() - started)
         finally:
             batch.unpersist()
 

@@ -81,6 +81,8 @@ def to_output(tables: dict[str, list[dict[str, Any]]]) -> pd.DataFrame:
             blob = row.pop(blob_col, None) if blob_col else None
             if table == "alerts":  # nested details land as one JSON string column
                 row = {**row, "details": json.dumps(row["details"], sort_keys=True)}
+            elif table == "gaps":  # transitions of one batch keep their order
+                row = {**row, "seq": len(out_table)}
             out_table.append(table)
             out_json.append(json.dumps(row, separators=(",", ":"), default=_jsonable))
             out_blob.append(blob)

@@ -1,5 +1,8 @@
 """The Delta tables the job lands, their schemas, and where they live.
 
+``gaps`` is append-only, one row per transition; ``seq`` orders the transitions of one batch,
+so a gap's current state is its row with the greatest (batch_id, seq).
+
 Column names follow ``pipeline.reassembly.tables`` (the rows the state machine emits); each
 table here adds ``batch_id`` (the streaming batch that landed the row) for lineage. All tables
 live under one lake location (``stream.lake_dir``/<table>), optionally also registered in a
@@ -39,7 +42,7 @@ SCHEMAS: dict[str, str] = {
     "gaps": (
         f"{_NAMES}, gap_id string, from_tsnr bigint, to_tsnr bigint, state string, "
         "requests_sent int, missing_count int, opened_at timestamp, updated_at timestamp, "
-        "closed_at timestamp, reason string"),
+        "closed_at timestamp, reason string, seq int"),
     "alerts": (
         f"idempotency_key string, kind string, severity string, {_NAMES}, message string, "
         "at timestamp, at_ms bigint, details string"),

@@ -1,0 +1,72 @@
+"""The simulator as a live replicator beside a running job (demo, end-to-end tests, benchmarks).
+
+A background thread streams the transactions to Kafka (STRT … TERM), then keeps answering the
+requests that arrive on the input topic — TRAN, STAT, INST, OPND/CLSD — until stopped, the way a
+replicator answers a job's prior-transaction requests.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from pipeline.config import Settings
+from pipeline.sim.config import from_settings
+from pipeline.sim.faults import FaultPlan
+from pipeline.sim.load import KafkaRequests, LoadOptions, Summary, drive
+from pipeline.sim.replicator import Replicator
+from pipeline.sim.sinks import KafkaSink
+
+
+class LiveReplicator:
+    """Stream ``transactions`` with ``faults``, then answer requests until :meth:`stop`."""
+
+    def __init__(self, settings: Settings, *, transactions: int, seed: int = 0,
+                 faults: FaultPlan | None = None, max_message_size: int = 4096,
+                 rate: float = 0.0, verbose: bool = False) -> None:
+        config = from_settings(settings).model_copy(
+            update={"max_message_size": max_message_size})
+        self.replicator = Replicator(config, seed, faults=faults, transactions=transactions)
+        self._settings = settings
+        self._options = LoadOptions(transactions=transactions, rate=rate)
+        self._verbose = verbose
+        self.streamed = threading.Event()
+        self.summary: Summary | None = None
+        self.answered = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="replicator", daemon=True)
+
+    def start(self) -> LiveReplicator:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout_s)
+
+    def _say(self, text: str) -> None:
+        if self._verbose:
+            print(f"simulator: {text}", flush=True)
+
+    def _run(self) -> None:
+        bootstrap = self._settings.kafka.bootstrap_servers
+        sink = KafkaSink(bootstrap)
+        requests = KafkaRequests(bootstrap, self._settings.topics.requests,
+                                 group=f"urbpipe-sim-{time.time_ns()}")
+        try:
+            self.summary = drive(self.replicator, sink, self._options, requests)
+            self._say(f"{self.summary.line()}; now answering requests")
+            self.streamed.set()
+            while not self._stop.is_set():
+                for request in requests.poll(0.5):
+                    deliveries = self.replicator.answer(request)
+                    sink.send(deliveries)
+                    self.answered += 1
+                    self._say(f"answered a request with {len(deliveries)} message(s)")
+        except BaseException as exc:  # surfaced to the caller through .error
+            self.error = exc
+            self.streamed.set()
+        finally:
+            sink.close()
+            requests.close()

@@ -1,0 +1,58 @@
+"""Waiting for a running query to catch up with Kafka (demo, tests, benchmarks).
+
+``processAllAvailable()`` never returns for this job: with processing-time state timeouts Spark
+runs a batch on every trigger, so the "no new data" condition it waits for is never reached.
+Instead, wait until every source's processed end offset equals the latest offset Kafka reported
+and a few consecutive batches read no input.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def _caught_up(progress: dict[str, Any]) -> bool:
+    for source in progress.get("sources", []):
+        end, latest = source.get("endOffset"), source.get("latestOffset")
+        if end is None or latest is None:
+            return False
+        if _offsets(end) != _offsets(latest):
+            return False
+    return True
+
+
+def await_idle(query: Any, *, timeout_s: float = 300.0, quiet_batches: int = 2,
+               until: Callable[[], bool] | None = None, poll_s: float = 0.5) -> None:
+    """Block until the query is caught up and idle (and ``until()`` holds, if given).
+
+    Raises TimeoutError with the last progress when it does not happen in time, and the
+    query's own exception if it failed.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if query.exception() is not None:
+            raise RuntimeError(f"query failed: {query.exception()}")
+        recent = list(query.recentProgress)[-quiet_batches:]
+        idle = (len(recent) == quiet_batches
+                and all(p.get("numInputRows", 1) == 0 for p in map(_as_dict, recent))
+                and _caught_up(_as_dict(recent[-1])))
+        if idle and (until is None or until()):
+            return
+        if time.monotonic() > deadline:
+            last = _as_dict(recent[-1]) if recent else {}
+            raise TimeoutError(f"query not idle after {timeout_s:.0f}s; last batch "
+                               f"{last.get('batchId')} read {last.get('numInputRows')} rows")
+        time.sleep(poll_s)
+
+
+def _offsets(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _as_dict(progress: Any) -> dict[str, Any]:
+    if isinstance(progress, dict):
+        return progress
+    return json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
