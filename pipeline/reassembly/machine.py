@@ -165,7 +165,7 @@ class _Run:
         tsnr, fp = row.num("urbttsnr"), assembler.urbt_fingerprint(row)
         flagged = row.flag("urbtrsnd") or row.flag("urbtptrn")
         if tsnr != 0 and (self.st.window.contains(tsnr, fp)
-                          or (flagged and self.st.window.contains_tsnr(tsnr))):
+                          or (flagged and self._flagged_repeat(tsnr))):
             self._duplicate(tsnr, "transaction already landed", row)
             self.st.discard = tsnr
             return
@@ -262,6 +262,14 @@ class _Run:
             self._new_epoch("tsnr back to 1" if tsnr == 1 else f"tsnr went back to {tsnr}")
             verdict, u = classify(tsnr, fp, flagged, st.next_u, st.window, self._is_missing)
         return verdict, u
+
+    def _flagged_repeat(self, tsnr: int) -> bool:
+        """A resend of a tsnr the window has landed, unless an open gap waits for that tsnr
+        (the window is not epoch-aware: after a restart it still holds the old epoch's)."""
+        st = self.st
+        if not st.window.contains_tsnr(tsnr):
+            return False
+        return st.next_u is None or not self._is_missing(unwrap(tsnr, st.next_u))
 
     def _is_missing(self, u: int) -> bool:
         return gaps.find(self.st.gaps, u) is not None

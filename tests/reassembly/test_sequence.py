@@ -253,3 +253,21 @@ def test_flagged_resend_fills_gap_even_if_an_older_epoch_landed_that_tsnr() -> N
     assert classify(1, 111, True, 40, window, lambda v: v in missing)[0] is Verdict.DUPLICATE
     # a flagged repeat of a landed tsnr that no gap waits for stays a duplicate
     assert classify(2, 999, True, 40, window, lambda v: False)[0] is Verdict.DUPLICATE
+
+
+def test_resend_after_restart_fills_new_epoch_gap_for_a_tsnr_the_old_epoch_landed() -> None:
+    """Regression (demo run): epoch 0 landed tsnrs 1..3; after REST the new epoch's tsnr 1 was
+    lost, and its resend (URBTPTRN='Y', another commit time) was dropped as already landed."""
+    from pipeline.reassembly.events import GapFilled
+
+    h = Harness()
+    feed = Feed()
+    h.feed(feed.send(txn(1), txn(2), txn(3)))
+    h.feed(statuses(feed, status("REST")) + feed.send(txn(2, ttim=900)))   # tsnr 1 lost
+    assert [(g.from_u, g.to_u, g.epoch) for g in h.state.gaps] == [(1, 1, 1)]
+    events = h.feed(feed.send(resend_of(txn(1, ttim=800))))
+    assert h.landed(events) == [1]
+    assert only(events, GapFilled) and h.state.gaps == []
+    # a true repeat of the new epoch's tsnr 1 is still a duplicate
+    events = h.feed(feed.send(resend_of(txn(1, ttim=800))))
+    assert h.landed(events) == [] and only(events, DuplicateDropped)
