@@ -14,6 +14,7 @@ from pipeline.config import Settings
 from pipeline.sim.config import from_settings
 from pipeline.sim.faults import FaultPlan
 from pipeline.sim.load import KafkaRequests, LoadOptions, Summary, drive
+from pipeline.sim.outbox import Delivery
 from pipeline.sim.replicator import Replicator
 from pipeline.sim.sinks import KafkaSink
 
@@ -21,12 +22,19 @@ from pipeline.sim.sinks import KafkaSink
 class LiveReplicator:
     """Stream ``transactions`` with ``faults``, then answer requests until :meth:`stop`."""
 
-    def __init__(self, settings: Settings, *, transactions: int, seed: int = 0,
+    def __init__(self, settings: Settings, *, transactions: int = 0, seed: int = 0,
                  faults: FaultPlan | None = None, max_message_size: int = 4096,
-                 rate: float = 0.0, verbose: bool = False) -> None:
-        config = from_settings(settings).model_copy(
-            update={"max_message_size": max_message_size})
-        self.replicator = Replicator(config, seed, faults=faults, transactions=transactions)
+                 rate: float = 0.0, verbose: bool = False,
+                 replicator: Replicator | None = None,
+                 deliveries: list[Delivery] | None = None) -> None:
+        """Either generate ``transactions`` here, or send pre-built ``deliveries`` made by
+        ``replicator`` (tests that record what was generated) and answer for it."""
+        if replicator is None:
+            config = from_settings(settings).model_copy(
+                update={"max_message_size": max_message_size})
+            replicator = Replicator(config, seed, faults=faults, transactions=transactions)
+        self.replicator = replicator
+        self._deliveries = deliveries
         self._settings = settings
         self._options = LoadOptions(transactions=transactions, rate=rate)
         self._verbose = verbose
@@ -55,8 +63,12 @@ class LiveReplicator:
         requests = KafkaRequests(bootstrap, self._settings.topics.requests,
                                  group=f"urbpipe-sim-{time.time_ns()}")
         try:
-            self.summary = drive(self.replicator, sink, self._options, requests)
-            self._say(f"{self.summary.line()}; now answering requests")
+            if self._deliveries is None:
+                self.summary = drive(self.replicator, sink, self._options, requests)
+                self._say(f"{self.summary.line()}; now answering requests")
+            else:
+                sink.send(self._deliveries)
+                self._say(f"sent {len(self._deliveries)} messages; now answering requests")
             self.streamed.set()
             while not self._stop.is_set():
                 for request in requests.poll(0.5):
