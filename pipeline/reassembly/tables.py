@@ -137,7 +137,11 @@ def _lost(e: LostContinuation, now_ms: int, out: Rows) -> None:
 
 
 def _epoch(e: EpochStarted, now_ms: int, out: Rows) -> None:
-    _alert(out, e, "replicator_restart", "warning",
+    # A STRT before anything was seen on the key is a normal start, not a restart to warn of.
+    first_start = e.reason == "STRT" and e.previous_next_tsnr is None
+    kind, severity = ("replicator_start", "info") if first_start else (
+        "replicator_restart", "warning")
+    _alert(out, e, kind, severity,
            f"new epoch {e.epoch}: {e.reason}", str(e.epoch),
            {"reason": e.reason, "previous_epoch": e.previous_epoch,
             "previous_next_tsnr": e.previous_next_tsnr})

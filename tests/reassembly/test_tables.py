@@ -136,3 +136,15 @@ def test_resend_after_restart_belongs_to_the_new_epoch() -> None:
     # the resent tsnr 3 arrived after STRT: epoch 1 expects 1, so 3 is ahead (gap 1..2)
     t3 = [t for t in rows["transactions"] if t["tsnr"] == 3]
     assert t3 and t3[0]["epoch"] == 1
+
+
+def test_first_start_is_info_and_a_restart_is_a_warning() -> None:
+    from pipeline.reassembly.events import EpochStarted
+
+    start = EpochStarted("", "OUT1", 1, "STRT", 0, None, NOW)
+    restart = EpochStarted("", "OUT1", 2, "REST", 1, 57, NOW)
+    back = EpochStarted("COLOR", "OUT1", 1, "tsnr back to 1", 0, 12, NOW)
+    alerts = events_to_rows([start, restart, back], NOW)["alerts"]
+    assert [(a["kind"], a["severity"]) for a in alerts] == [
+        ("replicator_start", "info"), ("replicator_restart", "warning"),
+        ("replicator_restart", "warning")]
