@@ -198,6 +198,8 @@ class Stream(_Model):
     fail_on_data_loss: bool = True
     shuffle_partitions: int = Field(4, ge=1, le=2000)
     quarantine_poison: bool = True
+    metrics_file: str = ".run/metrics.jsonl"
+    prometheus_port: int | None = Field(None, ge=1024, le=65535)
     gaps: Gaps = Gaps()
 
     @field_validator("trigger_interval")
@@ -226,6 +228,61 @@ class SparkSettings(_Model):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
+#: Columns every typed change/current-state row carries; a layout's columns must not reuse them.
+TYPED_KEY_COLUMNS = frozenset({
+    "subscription", "destination", "epoch", "tsnr", "rsnr", "dsnr", "isn", "record_type",
+    "image_type", "commit_time", "origin", "batch_id", "deleted", "verified", "valid_from",
+    "valid_to", "dbid", "fnr"})
+
+
+class Layout(_Model):
+    """The record layout of one (subscription, dbid, fnr), written as a replicator format buffer.
+
+    It turns the file's URBD images into typed columns (``changes_<sub>_<fnr>`` and
+    ``current_<sub>_<fnr>``); the format buffer is parsed here so a bad one fails at start.
+    """
+
+    subscription: str
+    dbid: int = Field(ge=1, le=65535)
+    fnr: int = Field(ge=1, le=65535)
+    format_buffer: str
+    columns: dict[str, str] = Field(default_factory=dict)
+    scales: dict[str, int] = Field(default_factory=dict)
+    fdt: dict[str, str] = Field(default_factory=dict)
+    groups: dict[str, str] = Field(default_factory=dict)
+    empty: Literal["keep", "null"] = "keep"
+    deletes: Literal["remove", "mark"] = "remove"
+    history: bool = False
+    codepage: str | None = None
+
+    @model_validator(mode="after")
+    def _parses(self) -> Layout:
+        from pipeline.payload import LayoutError, layout_from_conf, spark_ddl
+
+        try:
+            layout = layout_from_conf(self.layout_conf())
+            spark_ddl(layout)
+        except LayoutError as exc:
+            raise ValueError(f"format_buffer: {exc}") from None
+        names = [i.column for i in layout.items if hasattr(i, "column")]
+        for name in names:
+            if name in TYPED_KEY_COLUMNS or not re.match(r"^[a-z_][a-z0-9_]*$", name):
+                raise ValueError(f"column {name!r} is reserved or not a lower-case identifier")
+        if len(set(names)) != len(names):
+            raise ValueError("two fields map to the same column")
+        return self
+
+    def layout_conf(self) -> dict[str, Any]:
+        """The mapping ``pipeline.payload.layout_from_conf`` takes."""
+        return {"format_buffer": self.format_buffer, "columns": self.columns,
+                "scales": self.scales, "fdt": self.fdt, "groups": self.groups,
+                "dbid": self.dbid, "fnr": self.fnr}
+
+    def table_suffix(self) -> str:
+        """``<subscription>_<fnr>`` in lower case: the typed tables' name suffix."""
+        return f"{self.subscription.lower()}_{self.fnr}"
+
+
 class Settings(_Model):
     """Everything the product reads from conf/, validated."""
 
@@ -236,6 +293,7 @@ class Settings(_Model):
         default_factory=lambda: [Subscription(name="COLOR")])
     stream: Stream = Stream()
     spark: SparkSettings = SparkSettings()
+    layouts: list[Layout] = Field(default_factory=list)
     base_dir: str = "."
 
     @model_validator(mode="after")
@@ -248,6 +306,19 @@ class Settings(_Model):
                 if known and dnam not in known:
                     raise ValueError(f"subscription {sub.name} names destination {dnam}, "
                                      "which no topics.outputs entry carries")
+        return self
+
+    @model_validator(mode="after")
+    def _layouts_known(self) -> Settings:
+        seen: set[str] = set()
+        names = {s.name for s in self.subscriptions}
+        for lay in self.layouts:
+            if lay.subscription not in names:
+                raise ValueError(f"layout {lay.subscription}/{lay.fnr} names a subscription "
+                                 "the subscriptions section does not list")
+            if lay.table_suffix() in seen:
+                raise ValueError(f"layout {lay.subscription}/{lay.fnr} is given twice")
+            seen.add(lay.table_suffix())
         return self
 
     def location(self, value: str) -> str:

@@ -207,6 +207,7 @@ class MetricsListener(StreamingQueryListener):
         self.jsonl_path = Path(jsonl_path)
         self.jsonl_path.parent.mkdir(parents=True, exist_ok=True)
         self.query_name = query_name
+        self.query_id: str | None = None  # set once the query started
         self._lock = threading.Lock()
         self._counts: OrderedDict[int, dict[str, int]] = OrderedDict()
         self._latency: dict[int, dict[str, dict[str, float]]] = {}
@@ -249,6 +250,8 @@ class MetricsListener(StreamingQueryListener):
         progress = event.progress
         if self.query_name and getattr(progress, "name", None) != self.query_name:
             return
+        if self.query_id and str(getattr(progress, "id", "")) != self.query_id:
+            return  # another run of the same query name in this session
         self.observe(progress)
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802 - Spark's name

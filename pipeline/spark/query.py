@@ -93,12 +93,30 @@ def checkpoint_app_id(spark: SparkSession, checkpoint: str) -> str:
 def start_stream(spark: SparkSession, settings: Settings, *,
                  on_batch: BatchCallback | None = None,
                  trigger_interval: str | None = None) -> StreamingQuery:
-    """Create the tables, then start the query from its checkpoint."""
+    """Create the tables, attach the metrics listener (JSON lines in stream.metrics_file,
+    Prometheus on stream.prometheus_port), then start the query from its checkpoint.
+    ``on_batch(batch_id, table_counts, seconds)`` is called after every batch's writes."""
+    from pipeline.ops.metrics import attach_metrics, latency_breakdown
+
     ensure_tables(spark, settings)
     checkpoint = settings.location(settings.stream.checkpoint_dir)
     app_id = checkpoint_app_id(spark, checkpoint)
-    return (build_plan(spark, settings).writeStream
-            .foreachBatch(batch_writer(settings, app_id, on_batch))
-            .option("checkpointLocation", checkpoint)
-            .trigger(processingTime=trigger_interval or settings.stream.trigger_interval)
-            .queryName(QUERY_NAME).start())
+    listener = attach_metrics(spark, jsonl_path=settings.location(settings.stream.metrics_file),
+                              prometheus_port=settings.stream.prometheus_port,
+                              query_name=QUERY_NAME)
+
+    def batch_done(batch_id: int, counts: dict[str, int], seconds: float) -> None:
+        listener.record_batch_counts(batch_id, counts, seconds)
+        if on_batch is not None:
+            on_batch(batch_id, counts, seconds)
+
+    def latency(batch_id: int, rows: list) -> None:
+        listener.record_batch_latency(batch_id, latency_breakdown(rows))
+
+    query = (build_plan(spark, settings).writeStream
+             .foreachBatch(batch_writer(settings, app_id, batch_done, latency))
+             .option("checkpointLocation", checkpoint)
+             .trigger(processingTime=trigger_interval or settings.stream.trigger_interval)
+             .queryName(QUERY_NAME).start())
+    listener.query_id = str(query.id)
+    return query

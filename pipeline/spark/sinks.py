@@ -101,9 +101,12 @@ def send_requests_and_alerts(settings: Settings, out: KafkaOut, requests: list[d
 
 
 BatchCallback = Callable[[int, dict[str, int], float], None]
+LatencyCallback = Callable[[int, list[Any]], None]
+_LATENCY_COLUMNS = ("commit_time", "processed_time", "sent_time", "landed_at")
 
 
 def batch_writer(settings: Settings, app_id: str, on_batch: BatchCallback | None = None,
+                 on_latency: LatencyCallback | None = None,
                  ) -> Callable[[DataFrame, int], None]:
     """The foreachBatch function."""
     out = KafkaOut(settings)
@@ -127,6 +130,10 @@ def batch_writer(settings: Settings, app_id: str, on_batch: BatchCallback | None
             alerts = _collect(batch, "alerts") if counts.get("alerts") else []
             if requests or alerts:
                 send_requests_and_alerts(settings, out, requests, alerts)
+            if on_latency is not None and counts.get("transactions"):
+                rows = table_frame(batch, "transactions", batch_id).select(
+                    *_LATENCY_COLUMNS).collect()
+                on_latency(batch_id, rows)
             if on_batch is not None:
                 on_batch(batch_id, counts, time.monotonic() - started)
         finally:
