@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per gateway call otherwise
     try:
         settings = load_settings(args.conf_file)
     except ConfigError as exc:
