@@ -71,16 +71,16 @@ def test_kill_dash_nine_twice_mid_stream_then_exact_rows(spark, kafka_bootstrap:
     expected = len(scenario.truth())
     try:
         job = _start_job(conf, log)
-        _wait(lambda: _commits(checkpoint) >= 2, 300, "two committed batches", log)
+        _wait(lambda: _commits(checkpoint) >= 2, 600, "two committed batches", log)
         _kill9(job)                                   # between or inside batches
         assert 0 < _landed(lake) < expected
         job = _start_job(conf, log)
         first = _commits(checkpoint)
-        _wait(lambda: _commits(checkpoint) >= first + 1, 300, "a batch after restart", log)
+        _wait(lambda: _commits(checkpoint) >= first + 1, 600, "a batch after restart", log)
         time.sleep(1.3)                               # somewhere inside the next batch
         _kill9(job)
         job = _start_job(conf, log)
-        _wait(lambda: _landed(lake) >= expected, 420, "all transactions landed", log)
+        _wait(lambda: _landed(lake) >= expected, 900, "all transactions landed", log)
         time.sleep(3)                                 # a duplicate would land in a later batch
         job.send_signal(signal.SIGTERM)
         assert job.wait(60) == 0, log.read_text(errors="replace")[-3000:]
