@@ -24,6 +24,10 @@ test:  ## the whole suite: lint, unit, Spark and end-to-end tests (starts/stops 
 test-unit: setup  ## engine-free tests only (no Spark, no broker)
 	@$(PY) -m pytest -q -m "not spark and not e2e"
 
+faults:  ## fault-injection tests: kill -9, broker outage, corruption, restarts, unanswered gaps
+	@scripts/setup.sh
+	@.venv/bin/python -m pytest -q -m faults
+
 lint: setup  ## ruff
 	@.venv/bin/ruff check .
 
