@@ -126,6 +126,12 @@ def batch_writer(settings: Settings, app_id: str, on_batch: BatchCallback | None
                            for table in TABLES if counts.get(table)]
                 for future in futures:
                     future.result()
+            # issue 6 (typed tables): one call after the raw tables, only with conf layouts.
+            if settings.layouts:
+                from pipeline.spark.typed import write_typed_tables
+
+                counts.update(write_typed_tables(batch.sparkSession, batch, batch_id, settings,
+                                                 app_id))
             requests = _collect(batch, "requests") if counts.get("requests") else []
             alerts = _collect(batch, "alerts") if counts.get("alerts") else []
             if requests or alerts:
