@@ -27,9 +27,16 @@ TEST_CONF = ROOT / "conf" / "test.yaml"
 
 
 def scenario_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | None = None,
-                      gaps: dict[str, Any] | None = None) -> tuple[Settings, Path]:
-    """Settings (and their YAML file, for a spark-submit'ed job) with fresh topics."""
+                      gaps: dict[str, Any] | None = None,
+                      layouts: bool = False) -> tuple[Settings, Path]:
+    """Settings (and their YAML file, for a spark-submit'ed job) with fresh topics.
+
+    The typed tables (conf ``layouts``) cost several Spark jobs per batch, so only scenarios
+    that test them keep the layouts of conf/test.yaml.
+    """
     raw = yaml.safe_load(TEST_CONF.read_text())
+    if not layouts:
+        raw.pop("layouts", None)
     prefix = f"e2e.{name}.{uuid.uuid4().hex[:6]}"
     raw["topics"] = {"outputs": {f"{prefix}.out1": "OUT1"}, "replies": f"{prefix}.replies",
                      "requests": f"{prefix}.requests", "alerts": f"{prefix}.alerts"}
@@ -59,9 +66,9 @@ class Scenario:
     def build(cls, tmp_path: Path, name: str, *, transactions: int, seed: int,
               faults: dict[str, int] | None = None, max_message_size: int = 4096,
               subscriptions: list[dict] | None = None,
-              gaps: dict[str, Any] | None = None) -> Scenario:
+              gaps: dict[str, Any] | None = None, layouts: bool = False) -> Scenario:
         settings, path = scenario_settings(tmp_path, name, subscriptions=subscriptions,
-                                           gaps=gaps)
+                                           gaps=gaps, layouts=layouts)
         config = from_settings(settings).model_copy(
             update={"max_message_size": max_message_size, "c5_rate": 0.0})
         plan = FaultPlan(counts=faults or {})

@@ -20,7 +20,7 @@ QUERY = "SELECT isn, color, code FROM {t} WHERE code < 0 ORDER BY isn"
 def typed(spark, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Scenario:
     scenario = Scenario.build(tmp_path_factory.mktemp("typed"), "typed", transactions=50,
                               seed=23, max_message_size=900,
-                              subscriptions=[COLOR_EBCDIC, EMPLOYEE_ASCII])
+                              subscriptions=[COLOR_EBCDIC, EMPLOYEE_ASCII], layouts=True)
     scenario.run(spark)
     return scenario
 
