@@ -83,6 +83,13 @@ def report(spark, settings: Settings) -> None:
                                             "from_tsnr").show(truncate=False)
     print("== alerts sent ==")
     table("alerts").groupBy("kind", "severity").count().orderBy("kind").show(truncate=False)
+    from pipeline.spark.typed import changes_table, current_table
+
+    for lay in settings.layouts:
+        changes, current = changes_table(lay), current_table(lay)
+        print(f"== typed tables of {lay.subscription} file {lay.fnr}: {table(changes).count()} "
+              f"changes, current state ({current}, first rows) ==")
+        table(current).orderBy("isn").show(5, truncate=False)
     print("== quarantine ==")
     table("quarantine").select("source", "topic", "partition", "offset", "reason").show(
         truncate=80)
