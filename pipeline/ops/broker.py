@@ -114,11 +114,20 @@ def _java(settings: Settings, main: str, *args: str, **popen: object) -> list[st
             f"-Dkafka.logs.dir={home / 'logs'}", "-cp", f"{jars}/*", main, *args]
 
 
+def new_cluster_id() -> str:
+    """A KRaft cluster id (base64url of a UUID) that does not start with '-': the storage
+    tool would read such an id as an option (about 1 start in 64 failed that way)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def _format_storage(settings: Settings, props: Path) -> None:
     """Format KRaft storage once; meta.properties marks a formatted log directory."""
     if (_home(settings) / "data" / "meta.properties").exists():
         return
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    cluster_id = new_cluster_id()
     cmd = _java(settings, "kafka.tools.StorageTool", "format", "-t", cluster_id,
                 "-c", str(props), "--ignore-formatted")
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
