@@ -62,7 +62,15 @@ def build_plan(spark: SparkSession, settings: Settings) -> DataFrame:
 
     elements = kafka_source(spark, settings).mapInArrow(
         arrow_decoder(record_decoder(settings)), spark_ddl())
-    return elements.groupBy("destination", "subscription").applyInPandasWithState(
+    grouped = elements.groupBy("destination", "subscription")
+    if settings.stream.state_api == "transformWithStateInPandas":
+        # Open transactions' images in append-only list state (BENCHMARKS.md, "State API").
+        from pipeline.spark.state_tws import ReassemblyProcessor
+
+        return grouped.transformWithStateInPandas(
+            statefulProcessor=ReassemblyProcessor(reassembly_config(settings)),
+            outputStructType=OUTPUT_DDL, outputMode="Append", timeMode="ProcessingTime")
+    return grouped.applyInPandasWithState(
         state_function(reassembly_config(settings)), OUTPUT_DDL, STATE_DDL, "append",
         GroupStateTimeout.ProcessingTimeTimeout)
 
