@@ -1,0 +1,1 @@
+"""Fault-injection tests (``make faults``): the job under crashes, outages and bad input."""
