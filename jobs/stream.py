@@ -16,6 +16,7 @@ import argparse
 import logging
 import signal
 import sys
+import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
@@ -49,14 +50,22 @@ def main(argv: list[str] | None = None) -> int:
     query = start_stream(spark, settings, trigger_interval=args.trigger)
     logging.getLogger("urbpipe").info("query %s started (id %s)", query.name, query.id)
 
+    # The handler only records the signal: it runs on the main thread while that thread is
+    # inside a py4j call (awaitTermination), and a py4j call from the handler (query.stop())
+    # re-enters the same socket, breaks the gateway and turned every SIGTERM into exit 1.
+    stopping = threading.Event()
+
     def stop(signum: int, _frame: object) -> None:
         logging.getLogger("urbpipe").info("signal %d: stopping at a batch boundary", signum)
-        query.stop()
+        stopping.set()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        query.awaitTermination()
+        while not query.awaitTermination(1):
+            if stopping.is_set():
+                query.stop()
+                break
     except Exception as exc:  # StreamingQueryException: the job failed, say why in one line
         logging.getLogger("urbpipe").error("query failed: %s", str(exc).splitlines()[0])
         return 1
