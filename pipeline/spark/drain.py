@@ -40,11 +40,27 @@ def await_idle(query: Any, *, timeout_s: float = 300.0, quiet_batches: int = 2,
                 and all(p.get("numInputRows", 1) == 0 for p in map(_as_dict, recent))
                 and _caught_up(_as_dict(recent[-1])))
         if idle and (until is None or until()):
+            # ``until`` may have seen Delta commits of a batch still in flight (its Kafka sends
+            # come after its commits): wait until that batch, too, has completed.
+            _await_batch(query, _as_dict(recent[-1]).get("batchId", -1) + 1, deadline)
             return
         if time.monotonic() > deadline:
             last = _as_dict(recent[-1]) if recent else {}
             raise TimeoutError(f"query not idle after {timeout_s:.0f}s; last batch "
                                f"{last.get('batchId')} read {last.get('numInputRows')} rows")
+        time.sleep(poll_s)
+
+
+def _await_batch(query: Any, batch_id: int, deadline: float, poll_s: float = 0.3) -> None:
+    """Block until the progress of ``batch_id`` (or a later batch) has been reported."""
+    while True:
+        done = [_as_dict(p).get("batchId", -1) for p in query.recentProgress]
+        if done and max(done) >= batch_id:
+            return
+        if query.exception() is not None:
+            raise RuntimeError(f"query failed: {query.exception()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"batch {batch_id} did not complete in time")
         time.sleep(poll_s)
 
 

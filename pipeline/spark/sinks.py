@@ -93,6 +93,8 @@ def send_requests_and_alerts(settings: Settings, out: KafkaOut, requests: list[d
         log.info(json.dumps({"event": "tran_request", **{k: row[k] for k in (
             "subscription", "destination", "epoch", "tsnr", "attempt", "idempotency_key")}}))
     for alert in alerts:
+        if isinstance(alert.get("details"), str):  # a JSON string column in Delta
+            alert = {**alert, "details": json.loads(alert["details"])}
         body = json.dumps(alert, sort_keys=True, default=str).encode()
         out.send(settings.topics.alerts, alert["idempotency_key"], body,
                  {"idempotency_key": alert["idempotency_key"], "kind": alert["kind"]})

@@ -28,7 +28,8 @@ TEST_CONF = ROOT / "conf" / "test.yaml"
 
 def scenario_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | None = None,
                       gaps: dict[str, Any] | None = None,
-                      layouts: bool = False) -> tuple[Settings, Path]:
+                      layouts: bool = False,
+                      stream: dict[str, Any] | None = None) -> tuple[Settings, Path]:
     """Settings (and their YAML file, for a spark-submit'ed job) with fresh topics.
 
     The typed tables (conf ``layouts``) cost several Spark jobs per batch, so only scenarios
@@ -42,6 +43,7 @@ def scenario_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | 
                      "requests": f"{prefix}.requests", "alerts": f"{prefix}.alerts"}
     raw["stream"].update(lake_dir=str(tmp_path / "lake"), checkpoint_dir=str(tmp_path / "ck"))
     raw["stream"]["gaps"].update(gaps or {})
+    raw["stream"].update(stream or {})
     raw["kafka"]["local_broker"]["data_dir"] = str(ROOT / ".run" / "test-kafka")
     raw["spark"]["jars_dir"] = str(ROOT / ".jars" / "spark")
     if subscriptions is not None:
@@ -66,9 +68,10 @@ class Scenario:
     def build(cls, tmp_path: Path, name: str, *, transactions: int, seed: int,
               faults: dict[str, int] | None = None, max_message_size: int = 4096,
               subscriptions: list[dict] | None = None,
-              gaps: dict[str, Any] | None = None, layouts: bool = False) -> Scenario:
+              gaps: dict[str, Any] | None = None, layouts: bool = False,
+              stream: dict[str, Any] | None = None) -> Scenario:
         settings, path = scenario_settings(tmp_path, name, subscriptions=subscriptions,
-                                           gaps=gaps, layouts=layouts)
+                                           gaps=gaps, layouts=layouts, stream=stream)
         config = from_settings(settings).model_copy(
             update={"max_message_size": max_message_size, "c5_rate": 0.0})
         plan = FaultPlan(counts=faults or {})

@@ -60,10 +60,10 @@ def _wait(predicate: Callable[[], bool], timeout_s: float, what: str, log: Path)
 def test_kill_dash_nine_twice_mid_stream_then_exact_rows(spark, kafka_bootstrap: str,
                                                           tmp_path: Path) -> None:
     scenario = Scenario.build(tmp_path, "crash", transactions=120, seed=21,
-                              max_message_size=1200, subscriptions=SUBSCRIPTIONS)
+                              max_message_size=1200, subscriptions=SUBSCRIPTIONS,
+                              stream={"max_offsets_per_trigger": 15})
     conf = scenario.conf_path
-    conf.write_text(conf.read_text().replace("max_offsets_per_trigger: 20000",
-                                             "max_offsets_per_trigger: 15"))
+    assert scenario.settings.stream.max_offsets_per_trigger == 15  # many small batches
     lake, checkpoint = Path(scenario.settings.stream.lake_dir), tmp_path / "ck"
     log = tmp_path / "job.log"
     assert scenario.sim is not None
