@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 CONF ?= conf/local.yaml
 
-.PHONY: help setup demo test test-unit lint bench broker-start broker-stop clean
+.PHONY: help setup demo test test-unit faults lint bench soak broker-start broker-stop clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
