@@ -110,7 +110,8 @@ def _gap(e: GapEvent, now_ms: int, out: Rows) -> None:
     attempt = e.attempt if isinstance(e, GapRequested) else 0
     kind = f"gap_{state}"
     suffix = f"|{attempt}" if isinstance(e, GapRequested) else ""
-    _alert(out, e, kind, "warning" if state in ("open", "requested", "filled") else "critical",
+    severity = {"open": "warning", "requested": "warning", "filled": "info"}.get(state, "critical")
+    _alert(out, e, kind, severity,
            f"gap {e.from_tsnr}..{e.to_tsnr} {state}" + (f": {e.reason}" if e.reason else ""),
            f"{e.gap_id}{suffix}",
            {"gap_id": e.gap_id, "from_tsnr": e.from_tsnr, "to_tsnr": e.to_tsnr,

@@ -148,3 +148,13 @@ def test_first_start_is_info_and_a_restart_is_a_warning() -> None:
     assert [(a["kind"], a["severity"]) for a in alerts] == [
         ("replicator_start", "info"), ("replicator_restart", "warning"),
         ("replicator_restart", "warning")]
+
+
+def test_gap_alert_severity_follows_the_transition() -> None:
+    from pipeline.reassembly.events import GapFilled, GapOpened, GapUnrecoverable
+
+    args = ("COLOR", "OUT1", 0, "0:5", 5, 5, (5,), 1, NOW, "", NOW)
+    alerts = events_to_rows([GapOpened(*args), GapFilled(*args), GapUnrecoverable(*args)],
+                            NOW)["alerts"]
+    assert [(a["kind"], a["severity"]) for a in alerts] == [
+        ("gap_open", "warning"), ("gap_filled", "info"), ("gap_unrecoverable", "critical")]
