@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from pipeline.sim import FaultPlan
     from pipeline.sim.live import LiveReplicator
-    from pipeline.spark.drain import await_idle
+    from pipeline.spark.drain import await_idle, stop_between_batches
     from pipeline.spark.query import start_stream
     from pipeline.spark.session import build_session
 
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                    until=lambda: sim.streamed.is_set() and gaps_settled(spark, settings))
     finally:
         sim.stop()
-        query.stop()
+        stop_between_batches(query)
     report(spark, settings)
     spark.stop()
     return 0

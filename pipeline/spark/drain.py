@@ -72,3 +72,19 @@ def _as_dict(progress: Any) -> dict[str, Any]:
     if isinstance(progress, dict):
         return progress
     return json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
+
+
+def stop_between_batches(query: Any, timeout_s: float = 60.0, poll_s: float = 0.05) -> None:
+    """Stop the query while no trigger is running, if one comes within ``timeout_s``.
+
+    With processing-time timers the query runs a batch on every trigger; ``stop()`` in the
+    middle of one interrupts Spark's stream thread mid-write (harmless for exactly-once, the
+    batch is replayed, but it logs an interrupted stack trace). Waiting for the gap between two
+    triggers avoids that noise in demos and tests.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and query.isActive:
+        if not query.status.get("isTriggerActive", False):
+            break
+        time.sleep(poll_s)
+    query.stop()

@@ -100,7 +100,7 @@ class Scenario:
     def run(self, spark: Any, *, timeout_s: float = 420.0, settle_gaps: bool = True) -> None:
         """Start the job, send the stream, answer requests, wait until all is landed."""
         from pipeline.demo import gaps_settled
-        from pipeline.spark.drain import await_idle
+        from pipeline.spark.drain import await_idle, stop_between_batches
         from pipeline.spark.query import start_stream
 
         assert self.sim is not None
@@ -112,5 +112,5 @@ class Scenario:
                            not settle_gaps or gaps_settled(spark, self.settings)))
         finally:
             self.sim.stop()
-            query.stop()
+            stop_between_batches(query)
         assert self.sim.error is None, self.sim.error
