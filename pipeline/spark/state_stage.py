@@ -89,6 +89,16 @@ def to_output(tables: dict[str, list[dict[str, Any]]]) -> pd.DataFrame:
     return pd.DataFrame({"table": out_table, "json": out_json, "blob": out_blob})
 
 
+def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int) -> pd.DataFrame:
+    """One call's output frame: the events' table rows plus the decoder's rejected records,
+    quarantined at the batch's processing time (shared by both state APIs)."""
+    tables = events_to_rows(events, now_ms)
+    for row in rejected:
+        row["quarantined_at"] = ms_to_datetime(now_ms)
+    tables.setdefault("quarantine", []).extend(rejected)
+    return to_output(tables)
+
+
 def state_function(config: ReassemblyConfig):
     """The function passed to applyInPandasWithState."""
 
@@ -111,10 +121,6 @@ def state_function(config: ReassemblyConfig):
         # PySpark keeps an old timeout armed unless every call sets or clears it.
         if result.next_timeout_ms is not None and result.next_timeout_ms > now_ms:
             state.setTimeoutDuration(result.next_timeout_ms - now_ms)
-        tables = events_to_rows(result.events, now_ms)
-        for row in rejected:
-            row["quarantined_at"] = ms_to_datetime(now_ms)
-        tables.setdefault("quarantine", []).extend(rejected)
-        yield to_output(tables)
+        yield batch_output(result.events, rejected, now_ms)
 
     return reassemble

@@ -53,8 +53,7 @@ from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValu
 from pipeline.reassembly import KeyState, ReassemblyConfig, step
 from pipeline.reassembly.events import ImageOut, TransactionComplete
 from pipeline.reassembly.rows import ElementRow
-from pipeline.reassembly.tables import events_to_rows, ms_to_datetime
-from pipeline.spark.state_stage import OUTPUT_DDL, split_rows, to_output
+from pipeline.spark.state_stage import OUTPUT_DDL, batch_output, split_rows
 
 HEADER_DDL = "state binary"
 SPILLED_DDL = "epoch long, tsnr long, first_partition int, first_offset long"
@@ -128,11 +127,7 @@ class ReassemblyProcessor(StatefulProcessor):
         self._save(result.state, spilled)
         self._arm(result.next_timeout_ms, now_ms)
 
-        tables = events_to_rows(events, now_ms)
-        for r in rejected:
-            r["quarantined_at"] = ms_to_datetime(now_ms)
-        tables.setdefault("quarantine", []).extend(rejected)
-        return to_output(tables)
+        return batch_output(events, rejected, now_ms)
 
     def _save(self, st: KeyState | None, spilled: tuple[int, int, int, int] | None) -> None:
         """Append the open Partial's new images to the list, save the header without them."""
