@@ -4,23 +4,38 @@ Why a version and not arrival order: transactions reach the job late (gap fills)
 (duplicates on two destinations, replays) or as resends with before images only, and initial-
 state pseudo-transactions race live updates. A current row therefore carries the version of the
 change that wrote it — (commit_time, epoch, tsnr, rsnr), URBTTTIM first — and a change is applied
-only if its version is strictly newer. Equal versions are the same change seen again: a no-op.
+only if it orders strictly after the row. The order key is the version, then the destination
+(one transaction sent to two destinations has one version) and then ``verified`` (the original
+of a resent record wins over its before-images-only resend): equal keys are the same change seen
+again, a no-op.
+
+Why a row is a function of its newest change alone: the values of every row come from that
+change's own image — the after image of an upsert, the before image of a delete or an unverify
+(null when the replicator sent none or it did not decode). Carrying values over from the
+previous row would make the result depend on arrival order (a late older upsert could not fix a
+newer delete's values); taking them from the change makes any arrival order, duplicates
+included, end in the state that applying the changes in version order gives.
 
 ``apply_change``/``apply_batch`` are the reference model of the Delta MERGE in
-``pipeline.spark.typed`` (the Spark test checks the table against them):
+``pipeline.spark.typed`` (the Spark test checks the tables against them). The model's state
+holds every ISN the file has seen, deleted ones included:
 
-* ``upsert``   (I/U/R with an after image): the row takes the after image, verified.
-* ``delete``   (D): the row is removed (``deletes="remove"``) or kept with ``deleted=True``
-  (``"mark"``, which also keeps the delete's version, so a late older change cannot resurrect it).
+* ``upsert``   (I/U/R with an after image): the after image, verified.
+* ``delete``   (D): ``deleted=True``. With ``deletes="mark"`` the row stays in the current
+  table; with ``"remove"`` it is a *tombstone*: ``visible`` hides it (analysts see no deleted
+  rows) and ``tombstones`` keeps its version in ``tombstones_<sub>_<fnr>``, so a late older
+  change never resurrects the ISN. Tombstones whose commit time is more than
+  ``retention`` older than the newest commit time of a batch that does not touch them are
+  purged; after that a late change older than the delete can bring the row back.
 * ``unverify`` (I/U/R without a usable after image: a resend, before-images-only output, or an
-  after image that did not decode): values stay, ``verified=False``; the next newer after image
-  (live or initial state) makes the row verified again.
+  after image that did not decode): ``verified=False``; the next newer after image (live or
+  initial state) makes the row verified again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 Action = Literal["upsert", "delete", "unverify"]
@@ -29,10 +44,13 @@ DELETE: Action = "delete"
 UNVERIFY: Action = "unverify"
 DeleteMode = Literal["remove", "mark"]
 Version = tuple[datetime, int, int, int]
+OrderKey = tuple[Version, str, bool]
 Row = Mapping[str, Any]
 
 #: Columns a current row carries besides the decoded values.
 VERSION_COLUMNS = ("commit_time", "epoch", "tsnr", "rsnr")
+#: The version plus the columns that break ties between copies of one change.
+ORDER_COLUMNS = (*VERSION_COLUMNS, "destination", "verified")
 _EPOCH = datetime.min
 
 
@@ -42,9 +60,21 @@ def version_of(row: Row) -> Version:
             int(row["rsnr"] or 0))
 
 
+def is_verified(row: Row) -> bool:
+    """A change is verified unless it is an unverify; a row says so in its column."""
+    if "action" in row:
+        return row["action"] != UNVERIFY
+    return bool(row["verified"])
+
+
+def order_key(row: Row) -> OrderKey:
+    """Version, destination, verified: the total order in which changes win."""
+    return version_of(row), str(row.get("destination") or ""), is_verified(row)
+
+
 def newer(change: Row, current: Row | None) -> bool:
-    """Whether ``change`` may overwrite ``current`` (strictly newer version, or no row)."""
-    return current is None or version_of(change) > version_of(current)
+    """Whether ``change`` may overwrite ``current`` (strictly later order key, or no row)."""
+    return current is None or order_key(change) > order_key(current)
 
 
 def action_of(record_type: str, has_after: bool) -> Action:
@@ -54,10 +84,11 @@ def action_of(record_type: str, has_after: bool) -> Action:
     return UPSERT if has_after else UNVERIFY
 
 
-def _order(row: Row) -> tuple[Version, str]:
-    # The destination breaks ties deterministically: one transaction sent to two destinations
-    # has one version and the same values on both.
-    return version_of(row), str(row.get("destination") or "")
+def action_of_row(row: Row) -> Action:
+    """The action that wrote a row (current, tombstone or history): inverse of ``row_of``."""
+    if row["deleted"]:
+        return DELETE
+    return UPSERT if row["verified"] else UNVERIFY
 
 
 def latest_per_isn(rows: Iterable[Row]) -> dict[int, Row]:
@@ -65,39 +96,68 @@ def latest_per_isn(rows: Iterable[Row]) -> dict[int, Row]:
     best: dict[int, Row] = {}
     for row in rows:
         isn = int(row["isn"])
-        if isn not in best or _order(row) > _order(best[isn]):
+        if isn not in best or order_key(row) > order_key(best[isn]):
             best[isn] = row
     return best
 
 
+def row_of(change: Row, values: Iterable[str], deletes: DeleteMode = "mark") -> dict[str, Any]:
+    """The row one change writes: its own image's values, its version, its flags."""
+    action = change["action"]
+    tombstone = action == DELETE and deletes == "remove"
+    return {"isn": int(change["isn"]),
+            **{c: None if tombstone else change.get(c) for c in values},
+            **{c: change[c] for c in VERSION_COLUMNS},
+            "destination": change.get("destination"),
+            "deleted": action == DELETE, "verified": action != UNVERIFY}
+
+
 def apply_change(current: Row | None, change: Row, values: Iterable[str],
                  deletes: DeleteMode) -> dict[str, Any] | None:
-    """The current row after one change (None: no row). ``values`` are the decoded columns."""
+    """The ISN's state after one change (None: never seen; deleted rows are tombstones)."""
     if not newer(change, current):
         return None if current is None else dict(current)
-    stamp = {k: change[k] for k in VERSION_COLUMNS}
-    action = change["action"]
-    if action == DELETE and deletes == "remove":
-        return None
-    base = dict(current) if current is not None else dict.fromkeys(values)
-    base["isn"] = int(change["isn"])
-    if action == DELETE:
-        return {**base, **stamp, "deleted": True, "verified": True}
-    if action == UNVERIFY:
-        return {**base, **stamp, "deleted": False, "verified": False}
-    return {**base, **{c: change[c] for c in values}, **stamp, "deleted": False,
-            "verified": True}
+    return row_of(change, values, deletes)
 
 
 def apply_batch(state: Mapping[int, Row], changes: Iterable[Row], values: Iterable[str],
-                deletes: DeleteMode) -> dict[int, dict[str, Any]]:
-    """The current table after one batch: reduce to the newest change per ISN, then apply."""
+                deletes: DeleteMode, retention: timedelta | None = None,
+                ) -> dict[int, dict[str, Any]]:
+    """The file's state after one batch: newest change per ISN, applied, then tombstones purged.
+
+    The state includes tombstones (``deleted`` rows in ``remove`` mode); ``visible`` is what
+    the current table shows. ``retention`` None keeps tombstones for ever.
+    """
     cols = list(values)
+    batch = list(changes)
     out = {isn: dict(row) for isn, row in state.items()}
-    for isn, change in latest_per_isn(changes).items():
-        row = apply_change(out.get(isn), change, cols, deletes)
-        if row is None:
-            out.pop(isn, None)
-        else:
-            out[isn] = row
+    applied: set[int] = set()
+    for isn, change in latest_per_isn(batch).items():
+        if newer(change, out.get(isn)):
+            applied.add(isn)
+            out[isn] = row_of(change, cols, deletes)
+    if deletes == "remove" and retention is not None:
+        horizon = purge_horizon(batch, retention)
+        for isn in [i for i, r in out.items() if r["deleted"] and i not in applied]:
+            if horizon is not None and version_of(out[isn])[0] < horizon:
+                del out[isn]
     return out
+
+
+def purge_horizon(changes: Iterable[Row], retention: timedelta) -> datetime | None:
+    """Tombstones committed before this are purged: the batch's newest commit time - retention."""
+    times = [c["commit_time"] for c in changes if c["commit_time"] is not None]
+    return max(times) - retention if times else None
+
+
+def visible(state: Mapping[int, Row], deletes: DeleteMode) -> dict[int, dict[str, Any]]:
+    """The current table analysts see: without tombstones in ``remove`` mode."""
+    return {isn: dict(row) for isn, row in state.items()
+            if deletes == "mark" or not row["deleted"]}
+
+
+def tombstones(state: Mapping[int, Row], deletes: DeleteMode) -> dict[int, Version]:
+    """ISN → version of the delete that removed it (``remove`` mode only)."""
+    if deletes == "mark":
+        return {}
+    return {isn: version_of(row) for isn, row in state.items() if row["deleted"]}
