@@ -1,0 +1,405 @@
+"""Utility and lifecycle statuses → what they mean for a file's typed tables (issue 6, point 6).
+
+IBM i's QDBRPLAY (seed 004) replays DDL journal entries — create, change, delete, rename file,
+refresh table — on another system, so the copy keeps the shape of the original. The Event
+Replicator reports the Adabas equivalents as URBS statuses: AUTI with a URBSU detail per
+utility function (change field length/format, add fields, refresh/delete/rename/define file …)
+and bracketing statuses for utilities whose effect on the data never arrives as row events
+(ADALOD LOAD/UPDATE, ADASAV RESTORE, ADARES REGENERATE/BACKOUT, ADARPL replay), plus LOST and
+DEAC when replication itself may have missed changes. This module replays them on the lake:
+
+* ``interpret`` turns one ``status_events`` row into a :class:`LifecycleEvent` — the action it
+  implies (truncate, add columns, widen, mark dropped/stale, clear stale, rename, or recorded
+  only) and its detail — or None for statuses that say nothing about a file (STRT, SUBS, C5DA …).
+* ``targets`` picks the configured layouts (typed tables) the event concerns.
+* ``widen_plan``/``widening`` decide whether a changed field length/format is a type change
+  Delta can apply in place (type widening) or needs a new layout.
+* ``transition`` is the per-file status machine (active / stale / dropped) the ``file_status``
+  table records.
+
+Plain Python; ``pipeline.spark.lifecycle`` applies the actions with Delta.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pipeline.payload import layout_from_conf
+from pipeline.payload.layout import FieldSpec, RecordLayout
+from pipeline.payload.schema import spark_type
+from pipeline.urb.layouts import (
+    DETAIL_BIG,
+    DETAIL_LITTLE,
+    URBSU_BIG,
+    URBSU_LITTLE,
+    UTILITY_NAMES,
+)
+
+
+class Action(StrEnum):
+    """What a lifecycle event does to a file's typed tables."""
+
+    TRUNCATE = "truncate"          # current state emptied (refresh file, define file)
+    ADD_COLUMNS = "add_columns"    # layout fields missing in the tables become columns
+    WIDEN = "widen"                # a column's type grows with a field's new length/format
+    MARK_DROPPED = "mark_dropped"  # the Adabas file was deleted
+    MARK_STALE = "mark_stale"      # data may have changed without row events
+    CLEAR_STALE = "clear_stale"    # the utility that made the file stale ended cleanly
+    RENAME = "rename"              # the file got a new name (tables stay keyed by fnr)
+    RECORD = "recorded"            # recorded only: no effect on typed data
+
+
+class FileState(StrEnum):
+    ACTIVE = "active"
+    STALE = "stale"
+    DROPPED = "dropped"
+
+
+# URBSUTYP → (action, stale kind for a MARK_STALE).
+_UTILITY_ACTIONS: Mapping[int, Action] = {
+    0x41: Action.WIDEN,        # change field length
+    0x44: Action.MARK_DROPPED,  # delete file
+    0x48: Action.TRUNCATE,     # refresh file
+    0x4B: Action.RENAME,       # rename file
+    0x57: Action.TRUNCATE,     # define file: a new, empty file under this number
+    0x58: Action.ADD_COLUMNS,  # write FDT
+    0x59: Action.ADD_COLUMNS,  # add new fields
+    0x5C: Action.WIDEN,        # change field format
+}
+
+#: Statuses that open a window in which rows change without row events: status → stale kind.
+STALE_START: Mapping[str, str] = {
+    "LODS": "load", "UPDS": "update", "RPLS": "replay", "SAVS": "restore",
+    "RESS": "regenerate", "LOST": "lost", "DEAC": "deactivated", "DCMP": "decompression",
+}
+#: Ends whose utility sends its rows as transactions (URBTUTOK = URBSUTOK): a clean end
+#: (response 0) means the lake saw them all, so the stale kind clears.
+CLEARING_END: Mapping[str, str] = {"LODE": "load", "UPDE": "update", "RPLE": "replay"}
+#: Ends of utilities that change the database below the replicator: the file stays stale.
+STALE_END: Mapping[str, str] = {"SAVE": "restore", "RESE": "regenerate"}
+#: Statuses recorded for a file without an effect on its tables.
+RECORDED: frozenset[str] = frozenset({"REAC", "REFR"})
+LIFECYCLE_STATUSES: frozenset[str] = frozenset(
+    {"AUTI", *STALE_START, *CLEARING_END, *STALE_END, *RECORDED})
+
+_WHY_STALE: Mapping[str, str] = {
+    "load": "ADALOD LOAD running: loaded records arrive as utility transactions",
+    "update": "ADALOD UPDATE running: its records arrive as utility transactions",
+    "replay": "ADARPL replay running: replayed transactions still arriving",
+    "restore": "ADASAV RESTORE: the file was restored below the replicator; reload it "
+               "(initial state)",
+    "regenerate": "ADARES REGENERATE/BACKOUT changed the file below the replicator; reload it "
+                  "(initial state)",
+    "lost": "replication data possibly lost (LOST)",
+    "deactivated": "replication deactivated (DEAC): changes made meanwhile never arrive",
+    "decompression": "decompression error (DCMP): an image could not be sent",
+    "layout": "the layout no longer matches the file",
+}
+_EBCDIC_EYE = "URBSU".encode("cp037")
+
+
+@dataclass(frozen=True, slots=True)
+class LifecycleEvent:
+    """One status event, read for its effect on files.
+
+    ``files`` are the file numbers it concerns (one for AUTI and the file statuses, the URBSDATA
+    list for RPLS/RPLE, empty when the status names no file: then every configured file of the
+    subscription/database). ``at`` is the cutoff of a truncate: rows whose version
+    (commit_time) is older than it belonged to the file before the event.
+    """
+
+    event_id: str
+    subscription: str
+    destination: str
+    st: str
+    dbid: int
+    files: tuple[int, ...]
+    action: Action
+    reason: str
+    at: datetime | None
+    rsp: int = 0
+    utility_type: int | None = None
+    utility: str = ""
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    stale_kind: str | None = None
+
+    @property
+    def fieldname(self) -> str:
+        return str(self.detail.get("fieldname") or "")
+
+
+# ------------------------------------------------------------------------- interpretation
+def interpret(row: Mapping[str, Any], big_endian: bool | None = None) -> LifecycleEvent | None:
+    """A ``status_events`` row → its lifecycle event, or None when it concerns no file.
+
+    URBSDATA is landed without its message header, so the byte order of an RPLS/RPLE file list
+    is ``big_endian`` when known (an EBCDIC subscription: a mainframe) and otherwise the reading
+    with the smaller file numbers; URBSU details infer it themselves (:func:`decode_urbsu`).
+    """
+    st = str(row.get("st") or "").strip()
+    if st not in LIFECYCLE_STATUSES:
+        return None
+    data = bytes(row.get("data") or b"")
+    base = {
+        "event_id": event_id(row), "subscription": str(row.get("subscription") or ""),
+        "destination": str(row.get("destination") or ""), "st": st,
+        "dbid": int(row.get("dbid") or 0), "rsp": int(row.get("rsp") or 0),
+        "at": row.get("commit_time") or row.get("time") or row.get("received_at"),
+    }
+    fnr = int(row.get("fnr") or 0)
+    if st == "AUTI":
+        return _utility(base, fnr, data)
+    files = _file_list(data, big_endian) if st in ("RPLS", "RPLE") else ()
+    files = files or ((fnr,) if fnr else ())
+    return _status(base, files)
+
+
+def event_id(row: Mapping[str, Any]) -> str:
+    """Where the status came from: the same status on two destinations has two ids."""
+    return "|".join(str(row.get(k)) for k in ("destination", "topic", "partition", "offset",
+                                               "elem_index"))
+
+
+def _status(base: dict[str, Any], files: tuple[int, ...]) -> LifecycleEvent:
+    st, rsp = base["st"], base["rsp"]
+    if st in STALE_START:
+        kind = STALE_START[st]
+        return LifecycleEvent(**base, files=files, action=Action.MARK_STALE,
+                              reason=_WHY_STALE[kind], stale_kind=kind)
+    if st in CLEARING_END:
+        kind = CLEARING_END[st]
+        if rsp:
+            return LifecycleEvent(**base, files=files, action=Action.MARK_STALE, stale_kind=kind,
+                                  reason=f"{st} ended with response {rsp}: the file stays stale")
+        return LifecycleEvent(**base, files=files, action=Action.CLEAR_STALE, stale_kind=kind,
+                              reason=f"{st}: {kind} ended cleanly, its rows have arrived")
+    if st in STALE_END:
+        kind = STALE_END[st]
+        return LifecycleEvent(**base, files=files, action=Action.MARK_STALE,
+                              reason=_WHY_STALE[kind], stale_kind=kind)
+    why = ("replication reactivated; changes made while deactivated did not arrive"
+           if st == "REAC" else "replicator resource refreshed (no file content changed)")
+    return LifecycleEvent(**base, files=files, action=Action.RECORD, reason=why)
+
+
+def _utility(base: dict[str, Any], fnr: int, data: bytes) -> LifecycleEvent:
+    files = (fnr,) if fnr else ()
+    detail = decode_urbsu(data)
+    if detail is None:
+        return LifecycleEvent(**base, files=files, action=Action.RECORD,
+                              reason=f"AUTI without a URBSU detail ({len(data)} bytes)")
+    typ = int(detail.pop("urbsutyp"))
+    name = UTILITY_NAMES.get(typ, f"utility X'{typ:02X}'")
+    action = _UTILITY_ACTIONS.get(typ, Action.RECORD)
+    return LifecycleEvent(**base, files=files, action=action, reason=_utility_reason(name, detail),
+                          utility_type=typ, utility=name, detail=detail)
+
+
+def _utility_reason(name: str, detail: Mapping[str, Any]) -> str:
+    shown = ", ".join(f"{k}={v}" for k, v in sorted(detail.items()) if v not in ("", None))
+    return f"{name} ({shown})" if shown else name
+
+
+def decode_urbsu(data: bytes) -> dict[str, Any] | None:
+    """The URBSU head and its utility detail from URBSDATA; None when it is not a URBSU.
+
+    Text fields tell the form (the eye-catcher is 'URBSU' in EBCDIC or ASCII). Numbers need the
+    byte order, which the message header had: EBCDIC data comes from a mainframe (big endian);
+    ASCII data is read both ways and the reading with the smaller magnitudes wins (field
+    lengths, flags and file numbers are small), little endian on a tie.
+    """
+    if len(data) < URBSU_BIG.size:
+        return None
+    ebcdic = data.startswith(_EBCDIC_EYE)
+    if not ebcdic and not data.startswith(b"URBSU"):
+        return None
+    text = data.decode("cp037" if ebcdic else "latin-1")
+    readings = [_read_urbsu(data, text, big) for big in ((True,) if ebcdic else (False, True))]
+    return min(readings, key=_magnitude)
+
+
+def _read_urbsu(data: bytes, text: str, big: bool) -> dict[str, Any]:
+    head = URBSU_BIG if big else URBSU_LITTLE
+    out = dict(head.full.build(data, text, 0))
+    detail = (DETAIL_BIG if big else DETAIL_LITTLE).get(out["urbsutyp"])
+    rest = len(data) - head.size
+    if detail is not None and rest > 0:
+        out.update(detail.variant(rest).build(data, text, head.size))
+    out.pop("urbsueye", None)
+    return out
+
+
+def _magnitude(fields: Mapping[str, Any]) -> int:
+    return max((abs(v) for k, v in fields.items() if isinstance(v, int) and k != "urbsutyp"),
+               default=0)
+
+
+def _file_list(data: bytes, big_endian: bool | None) -> tuple[int, ...]:
+    """RPLS/RPLE URBSDATA: 2-byte file numbers in the message's byte order."""
+    count = len(data) // 2
+    if not count:
+        return ()
+    orders = ["little", "big"] if big_endian is None else ["big" if big_endian else "little"]
+    readings = [tuple(int.from_bytes(data[i:i + 2], o) for i in range(0, 2 * count, 2))
+                for o in orders]
+    return min(readings, key=max)
+
+
+# ------------------------------------------------------------------------- targets
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A configured layout's identity: enough to name and decode its typed tables."""
+
+    subscription: str
+    dbid: int
+    fnr: int
+    layout_conf: Mapping[str, Any]
+
+    @property
+    def suffix(self) -> str:
+        return f"{self.subscription.lower()}_{self.fnr}"
+
+
+def targets(event: LifecycleEvent, layouts: Iterable[Target]) -> list[Target]:
+    """The layouts an event concerns: same database (when the status names one), one of its
+    files (all files when it names none), and its subscription (when it names one)."""
+    return [t for t in layouts
+            if (not event.dbid or t.dbid == event.dbid)
+            and (not event.files or t.fnr in event.files)
+            and (not event.subscription or t.subscription == event.subscription)]
+
+
+def files_of(event: LifecycleEvent, layouts: Sequence[Target]) -> list[tuple[int, int]]:
+    """(dbid, fnr) of every file whose status the event changes: named ones, else the
+    targets' files."""
+    if event.files and event.dbid:
+        return [(event.dbid, f) for f in event.files]
+    return sorted({(t.dbid, t.fnr) for t in targets(event, layouts)})
+
+
+# ------------------------------------------------------------------------- widening
+@dataclass(frozen=True, slots=True)
+class WidenPlan:
+    """The column a changed field maps to, and its type under the new length/format."""
+
+    column: str
+    old_type: str
+    new_type: str | None   # None: the new length/format is not valid for this field
+    problem: str = ""
+
+
+def widen_plan(event: LifecycleEvent, layout_conf: Mapping[str, Any]) -> WidenPlan | None:
+    """None when the changed field is not in the layout (nothing to do but record)."""
+    spec = _field(layout_from_conf(layout_conf), event.fieldname)
+    if spec is None:
+        return None
+    old = spark_type(spec)
+    length = int(event.detail.get("newlength") or spec.length)
+    fmt = str(event.detail.get("newformat") or spec.format).strip() or spec.format
+    try:
+        new = spark_type(replace(spec, length=length, format=fmt, scale=(
+            spec.scale if fmt in "PU" else 0)))
+    except ValueError as exc:  # LayoutError: e.g. a length the format cannot have
+        return WidenPlan(spec.column, old, None, str(exc))
+    if spec.repeated:
+        old, new = f"array<{old}>", f"array<{new}>"
+    return WidenPlan(spec.column, old, new)
+
+
+def _field(layout: RecordLayout, name: str) -> FieldSpec | None:
+    for item in layout.items:
+        if isinstance(item, FieldSpec) and item.name == name:
+            return item
+        for member in getattr(item, "members", ()):
+            if member.name == name:
+                return None  # a PE member: its struct type is out of reach of ALTER COLUMN
+    return None
+
+
+_DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)$")
+_INTEGERS = ("tinyint", "smallint", "int", "bigint")
+
+
+def widening(old: str, new: str) -> str:
+    """``same``, ``widen`` (Delta type widening can change the column in place) or
+    ``incompatible`` (the column cannot hold the new values: the layout must change)."""
+    old, new = old.replace(" ", ""), new.replace(" ", "")
+    if old == new:
+        return "same"
+    if old.startswith("array<") and new.startswith("array<"):
+        return "incompatible"  # element types of arrays are not widened in place
+    if old in _INTEGERS and new in _INTEGERS:
+        return "widen" if _INTEGERS.index(new) > _INTEGERS.index(old) else "incompatible"
+    a, b = _DECIMAL.match(old), _DECIMAL.match(new)
+    if old in _INTEGERS and b:
+        digits = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 20}[old]
+        return "widen" if int(b[1]) - int(b[2]) >= digits else "incompatible"
+    if a and b:
+        p1, s1, p2, s2 = int(a[1]), int(a[2]), int(b[1]), int(b[2])
+        return "widen" if s2 >= s1 and p2 - s2 >= p1 - s1 and p2 > p1 else "incompatible"
+    return "incompatible"
+
+
+# ------------------------------------------------------------------------- file status
+@dataclass(frozen=True, slots=True)
+class FileStatus:
+    """A file's status as ``file_status`` shows it; ``version`` counts its transitions."""
+
+    dbid: int
+    fnr: int
+    status: FileState = FileState.ACTIVE
+    stale_kinds: tuple[str, ...] = ()
+    reason: str = ""
+    since: datetime | None = None
+    file_name: str = ""
+    version: int = 0
+
+
+def transition(prev: FileStatus, event: LifecycleEvent, *, extra_stale: str | None = None,
+               ) -> FileStatus:
+    """The file's status after ``event``; ``extra_stale`` marks it stale for a reason the
+    applier found (``layout``: a type change the tables cannot take).
+
+    Dropped wins over stale; a truncate (refresh or define) leaves a known, empty file: active.
+    ``since`` moves only when the status word changes.
+    """
+    kinds = set(prev.stale_kinds)
+    dropped = prev.status is FileState.DROPPED
+    name = prev.file_name
+    if event.action is Action.TRUNCATE:
+        kinds, dropped = set(), False
+    elif event.action is Action.MARK_DROPPED:
+        dropped = True
+    elif event.action is Action.MARK_STALE and event.stale_kind:
+        kinds.add(event.stale_kind)
+    elif event.action is Action.CLEAR_STALE and event.stale_kind:
+        kinds.discard(event.stale_kind)
+    elif event.action is Action.RENAME:
+        name = str(event.detail.get("filename") or name)
+    if extra_stale:
+        kinds.add(extra_stale)
+    status = (FileState.DROPPED if dropped else FileState.STALE if kinds else FileState.ACTIVE)
+    reason = event.reason if extra_stale is None else _WHY_STALE.get(extra_stale, extra_stale)
+    if status is FileState.STALE and event.action is Action.CLEAR_STALE:
+        reason = "; ".join(_WHY_STALE.get(k, k) for k in sorted(kinds))
+    since = prev.since if status is prev.status and prev.version else event.at
+    return FileStatus(prev.dbid, prev.fnr, status, tuple(sorted(kinds)), reason, since, name,
+                      prev.version + 1)
+
+
+def replay(statuses: Mapping[tuple[int, int], FileStatus],
+           steps: Iterable[tuple[LifecycleEvent, tuple[int, int], str | None]],
+           ) -> list[FileStatus]:
+    """Apply (event, file, extra stale kind) steps in order; every intermediate status."""
+    current = dict(statuses)
+    out: list[FileStatus] = []
+    for event, key, extra in steps:
+        prev = current.get(key) or FileStatus(*key)
+        current[key] = transition(prev, event, extra_stale=extra)
+        out.append(current[key])
+    return out

@@ -1,0 +1,262 @@
+"""Lifecycle events from real URBS bytes: encoded by the codec, decoded, landed as a
+``status_events`` row by the state machine's tables, then interpreted."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeline.reassembly.events import StatusReceived
+from pipeline.reassembly.tables import events_to_rows
+from pipeline.typed.lifecycle import (
+    LIFECYCLE_STATUSES,
+    Action,
+    FileState,
+    FileStatus,
+    LifecycleEvent,
+    Target,
+    decode_urbsu,
+    files_of,
+    interpret,
+    replay,
+    targets,
+    transition,
+    widen_plan,
+    widening,
+)
+from pipeline.urb import datetime_to_stck, decode_message, encode_message, make_element
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+FORMS = [(True, True), (False, False), (False, True)]  # (ebcdic, big endian)
+EMPLOYEE = {"format_buffer": "AA,8,A,AH,4,P,AS,5,P,2,AT,2,B,AU,2,U,AO,30,A.", "dbid": 10006,
+            "fnr": 11, "columns": {"AA": "personnel_id", "AH": "birth", "AS": "salary",
+                                   "AT": "bonus", "AU": "grade", "AO": "department"}}
+
+
+def status_row(st_: str, *, ebcdic: bool = True, big: bool = True, fnr: int = 4,
+               dbid: int = 10006, sub: str = "COLOR", rsp: int = 0,
+               detail: dict | None = None, files: list[int] | None = None,
+               commit: datetime | None = T0) -> dict:
+    """One status as the ``status_events`` table holds it, from encoded bytes."""
+    extra: dict = {}
+    if detail is not None:
+        extra["detail"] = make_element("URBSU", **detail)
+    if files is not None:
+        extra["files"] = files
+    urbs = make_element("URBS", urbsst=st_, urbsdbid=dbid, urbsfnr=fnr, urbssnam=sub,
+                        urbsrsp=rsp, urbstime=datetime_to_stck(T0),
+                        urbsttim=datetime_to_stck(commit) if commit else 0, **extra)
+    el = decode_message(encode_message(None, [urbs], ebcdic=ebcdic, big_endian=big)).elements[0]
+    event = StatusReceived(subscription=sub, destination="OUT1", epoch=1, fields=el.fields,
+                           data=el.data or None, topic="t", partition=0, offset=7, elem_index=0,
+                           urbhtime=0, at_ms=1_700_000_000_000)
+    return events_to_rows([event], 0)["status_events"][0]
+
+
+def auti(typ: int, form: tuple[bool, bool] = (True, True), **detail: object) -> LifecycleEvent:
+    event = interpret(status_row("AUTI", ebcdic=form[0], big=form[1],
+                                 detail={"urbsutyp": typ, **detail}))
+    assert event is not None
+    return event
+
+
+# ------------------------------------------------------------------ interpretation
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize(("typ", "action"), [
+    (0x48, Action.TRUNCATE), (0x57, Action.TRUNCATE), (0x44, Action.MARK_DROPPED),
+    (0x4B, Action.RENAME), (0x59, Action.ADD_COLUMNS), (0x58, Action.ADD_COLUMNS),
+    (0x41, Action.WIDEN), (0x5C, Action.WIDEN), (0x4A, Action.RECORD),
+    (0x55, Action.RECORD), (0x70, Action.RECORD)])
+def test_auti_utility_types_map_to_their_action(form, typ, action) -> None:
+    event = auti(typ, form)
+    assert event.action is action
+    assert event.utility_type == typ and event.files == (4,) and event.dbid == 10006
+    assert event.at == T0, "the cutoff is URBSTTIM, the utility's commit time"
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_auti_detail_is_decoded_in_every_form(form) -> None:
+    assert auti(0x41, form, fieldname="AB", newlength=300).detail == {
+        "fieldname": "AB", "newlength": 300}
+    assert auti(0x4B, form, filename="PERSONNEL").detail == {"filename": "PERSONNEL"}
+    assert auti(0x44, form, status="S", anchor=9).detail == {"status": "S", "anchor": 9}
+    assert auti(0x5C, form, fieldname="AH", newformat="U").detail["newformat"] == "U"
+
+
+@pytest.mark.parametrize(("st_", "action", "kind"), [
+    ("LODS", Action.MARK_STALE, "load"), ("LODE", Action.CLEAR_STALE, "load"),
+    ("UPDS", Action.MARK_STALE, "update"), ("UPDE", Action.CLEAR_STALE, "update"),
+    ("SAVS", Action.MARK_STALE, "restore"), ("SAVE", Action.MARK_STALE, "restore"),
+    ("RESS", Action.MARK_STALE, "regenerate"), ("RESE", Action.MARK_STALE, "regenerate"),
+    ("LOST", Action.MARK_STALE, "lost"), ("DEAC", Action.MARK_STALE, "deactivated"),
+    ("REAC", Action.RECORD, None), ("REFR", Action.RECORD, None)])
+def test_file_statuses(st_, action, kind) -> None:
+    event = interpret(status_row(st_))
+    assert event is not None and (event.action, event.stale_kind) == (action, kind)
+
+
+def test_a_load_that_ends_with_an_error_leaves_the_file_stale() -> None:
+    event = interpret(status_row("LODE", rsp=131))
+    assert event is not None and event.action is Action.MARK_STALE
+    assert "response 131" in event.reason
+
+
+@pytest.mark.parametrize(("ebcdic", "big"), FORMS)
+def test_replay_file_list_comes_from_urbsdata(ebcdic, big) -> None:
+    event = interpret(status_row("RPLS", ebcdic=ebcdic, big=big, fnr=0, files=[4, 11]),
+                      big_endian=True if ebcdic else None)
+    assert event is not None and event.files == (4, 11) and event.stale_kind == "replay"
+
+
+@pytest.mark.parametrize("st_", ["STRT", "TERM", "SUBS", "C5DA", "INIT", "CMPL", "TRSP"])
+def test_statuses_about_no_file_are_not_lifecycle_events(st_) -> None:
+    assert st_ not in LIFECYCLE_STATUSES
+    assert interpret(status_row(st_)) is None
+
+
+def test_auti_without_detail_is_recorded_not_guessed() -> None:
+    event = interpret(status_row("AUTI"))
+    assert event is not None and event.action is Action.RECORD
+    assert decode_urbsu(b"not a urbsu at all, 32 bytes long!") is None
+
+
+def test_same_status_on_two_destinations_has_two_ids() -> None:
+    row = status_row("LODS")
+    other = {**row, "destination": "OUT2"}
+    assert interpret(row).event_id != interpret(other).event_id  # type: ignore[union-attr]
+
+
+@given(typ=st.sampled_from([0x41, 0x68, 0x69, 0x78]), value=st.integers(1, 65535),
+       form=st.sampled_from(FORMS))
+def test_numeric_details_round_trip_in_both_byte_orders(typ, value, form) -> None:
+    name = {0x41: "newlength", 0x68: "userisn", 0x69: "mixdsdev", 0x78: "mupex"}[typ]
+    detail = {name: value, **({"fieldname": "AB"} if typ == 0x41 else {})}
+    assert auti(typ, form, **detail).detail[name] == value
+
+
+# ------------------------------------------------------------------ targets
+LAYOUTS = [Target("COLOR", 10006, 4, {}), Target("EMPLOYEE", 10006, 11, {}),
+           Target("ORDERS", 12, 4, {})]
+
+
+def test_targets_match_database_file_and_subscription() -> None:
+    event = interpret(status_row("AUTI", sub="", detail={"urbsutyp": 0x48}))
+    assert event is not None
+    assert [t.suffix for t in targets(event, LAYOUTS)] == ["color_4"]
+    lost = interpret(status_row("LOST", fnr=0, sub="EMPLOYEE"))
+    assert lost is not None
+    assert [t.suffix for t in targets(lost, LAYOUTS)] == ["employee_11"]
+    assert files_of(lost, LAYOUTS) == [(10006, 11)]
+
+
+# ------------------------------------------------------------------ widening
+def test_widen_plan_for_packed_binary_and_alpha_fields() -> None:
+    def plan(**detail: object):
+        event = auti(0x41 if "newlength" in detail else 0x5C, **detail)
+        return widen_plan(event, EMPLOYEE)
+
+    salary = plan(fieldname="AS", newlength=7)
+    assert (salary.column, salary.old_type, salary.new_type) == (
+        "salary", "decimal(9,2)", "decimal(13,2)")
+    assert widening(salary.old_type, salary.new_type) == "widen"
+    bonus = plan(fieldname="AT", newlength=4)
+    assert (bonus.old_type, bonus.new_type) == ("int", "bigint")
+    name = plan(fieldname="AA", newlength=40)
+    assert widening(name.old_type, name.new_type) == "same", "strings have no length"
+    fmt = plan(fieldname="AA", newformat="P")
+    assert fmt.new_type is None or widening(fmt.old_type, fmt.new_type) == "incompatible"
+    assert plan(fieldname="ZZ", newlength=9) is None, "a field outside the layout"
+    bad = plan(fieldname="AH", newlength=20)
+    assert bad.new_type is None and "length 20" in bad.problem, "P holds at most 15 bytes"
+
+
+@pytest.mark.parametrize(("old", "new", "verdict"), [
+    ("int", "bigint", "widen"), ("bigint", "int", "incompatible"),
+    ("decimal(7,2)", "decimal(9,2)", "widen"), ("decimal(9,2)", "decimal(7,2)", "incompatible"),
+    ("decimal(9,2)", "decimal(9,3)", "incompatible"), ("int", "decimal(12,2)", "widen"),
+    ("int", "decimal(9,0)", "incompatible"), ("string", "decimal(9,0)", "incompatible"),
+    ("string", "string", "same"), ("array<int>", "array<bigint>", "incompatible")])
+def test_widening_verdicts(old, new, verdict) -> None:
+    assert widening(old, new) == verdict
+
+
+TYPES = st.sampled_from(["int", "bigint", "string", "double", "decimal(5,0)", "decimal(9,2)",
+                         "decimal(13,2)", "decimal(20,0)"])
+
+
+@given(TYPES, TYPES)
+def test_widening_never_goes_both_ways(a, b) -> None:
+    assert not (widening(a, b) == "widen" and widening(b, a) == "widen")
+    assert (widening(a, b) == "same") == (a == b)
+
+
+# ------------------------------------------------------------------ file status
+def _event(action: Action, kind: str | None = None, minutes: int = 0, **detail) -> LifecycleEvent:
+    return LifecycleEvent("id", "COLOR", "OUT1", "X", 10006, (4,), action, f"{action}",
+                          T0 + timedelta(minutes=minutes), stale_kind=kind, detail=detail)
+
+
+def test_load_marks_stale_then_its_clean_end_clears_it() -> None:
+    s0 = FileStatus(10006, 4)
+    s1 = transition(s0, _event(Action.MARK_STALE, "load", 1))
+    s2 = transition(s1, _event(Action.CLEAR_STALE, "load", 2))
+    assert (s1.status, s1.stale_kinds) == (FileState.STALE, ("load",))
+    assert s1.since == T0 + timedelta(minutes=1)
+    assert (s2.status, s2.stale_kinds, s2.version) == (FileState.ACTIVE, (), 2)
+    assert s2.since == T0 + timedelta(minutes=2)
+
+
+def test_clearing_one_kind_keeps_the_others() -> None:
+    s = replay({}, [(_event(Action.MARK_STALE, "lost"), (10006, 4), None),
+                    (_event(Action.MARK_STALE, "load"), (10006, 4), None),
+                    (_event(Action.CLEAR_STALE, "load"), (10006, 4), None)])[-1]
+    assert (s.status, s.stale_kinds) == (FileState.STALE, ("lost",))
+    assert "LOST" in s.reason
+
+
+def test_drop_rename_and_define_again() -> None:
+    steps = [(_event(Action.RENAME, filename="PERSONNEL"), (10006, 4), None),
+             (_event(Action.MARK_DROPPED, minutes=1), (10006, 4), None),
+             (_event(Action.MARK_STALE, "lost", 2), (10006, 4), None),
+             (_event(Action.TRUNCATE, minutes=3), (10006, 4), None)]
+    renamed, dropped, still, defined = replay({}, steps)
+    assert renamed.file_name == "PERSONNEL" and renamed.status is FileState.ACTIVE
+    assert dropped.status is FileState.DROPPED and still.status is FileState.DROPPED
+    assert still.since == dropped.since, "since moves only when the status changes"
+    assert defined.status is FileState.ACTIVE and defined.file_name == "PERSONNEL"
+
+
+def test_a_type_change_the_table_cannot_take_makes_it_stale() -> None:
+    s = transition(FileStatus(10006, 4), _event(Action.WIDEN), extra_stale="layout")
+    assert s.status is FileState.STALE and s.stale_kinds == ("layout",)
+    assert "layout" in s.reason
+
+
+STEP = st.sampled_from([
+    (Action.MARK_STALE, "load"), (Action.CLEAR_STALE, "load"), (Action.MARK_STALE, "lost"),
+    (Action.TRUNCATE, None), (Action.MARK_DROPPED, None), (Action.RECORD, None),
+    (Action.ADD_COLUMNS, None)])
+
+
+@given(st.lists(STEP, max_size=30))
+def test_file_status_model(steps) -> None:
+    """Against a naive model: dropped since the last drop unless truncated after it; stale
+    kinds as a set; the status word follows from both; versions count every step."""
+    events = [(_event(a, k, minutes=i), (10006, 4), None) for i, (a, k) in enumerate(steps)]
+    out = replay({}, events)
+    dropped, kinds = False, set()
+    for (action, kind), status in zip(steps, out, strict=True):
+        if action is Action.TRUNCATE:
+            dropped, kinds = False, set()
+        elif action is Action.MARK_DROPPED:
+            dropped = True
+        elif action is Action.MARK_STALE:
+            kinds.add(kind)
+        elif action is Action.CLEAR_STALE:
+            kinds.discard(kind)
+        expect = FileState.DROPPED if dropped else FileState.STALE if kinds else FileState.ACTIVE
+        assert (status.status, set(status.stale_kinds)) == (expect, kinds)
+    assert [s.version for s in out] == list(range(1, len(steps) + 1))
