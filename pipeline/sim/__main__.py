@@ -14,6 +14,7 @@ from pipeline.sim.load import KafkaRequests, LoadOptions, drive
 from pipeline.sim.model import SimConfig
 from pipeline.sim.replicator import Replicator
 from pipeline.sim.sinks import FileSink, KafkaSink, Sink
+from pipeline.sim.utility import parse_spec
 
 EPILOG = """\
 examples:
@@ -129,6 +130,16 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"per-transaction chance instead of a count; KIND in {', '.join(KINDS)}",
     )
     faults.add_argument(
+        "--utility-event",
+        action="append",
+        default=[],
+        metavar="AT:STATUS:SUB[:FNR[:UTILITY[:K=V,...]]]",
+        help="send a utility/lifecycle status before transaction AT, e.g. "
+        "20:AUTI:COLOR:4:refresh_file, 10:LODS:COLOR:4, "
+        "15:AUTI:EMPLOYEE:9:change_field_length:fieldname=AS,newlength=7 "
+        "(see pipeline/sim/utility.py)",
+    )
+    faults.add_argument(
         "--wrap",
         action="store_true",
         help="start tsnrs just below 4294967295 so they wrap around to 1",
@@ -148,6 +159,9 @@ def _config(args: argparse.Namespace) -> SimConfig:
         update["max_message_size"] = args.max_message_size
     if args.c5_rate is not None:
         update["c5_rate"] = args.c5_rate
+    if args.utility_event:
+        parsed = tuple(parse_spec(spec) for spec in args.utility_event)
+        update["utility_events"] = config.utility_events + parsed
     if args.max_records:
         mix = config.mix.model_copy(update={"max_records": args.max_records})
         update["mix"] = mix.model_copy(

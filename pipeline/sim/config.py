@@ -29,6 +29,12 @@ YAML keys (all optional except destinations and subscriptions; defaults in brack
           - {name: AA, format: A, length: 16}
     initial_states:
       - {name: ICOLOR, dbid: 10006, files: [4], selection: all}   # all | isnlist
+    utility_events:               # statuses sent before transaction `at` (utility.py)
+      - {at: 20, status: AUTI, subscription: COLOR, fnr: 4, utility: refresh_file}
+      - {at: 30, status: AUTI, subscription: COLOR, fnr: 4, utility: change_field_length,
+         detail: {fieldname: AB, newlength: 20}}
+      - {at: 40, status: LODS, subscription: COLOR, fnr: 4}
+      - {at: 50, status: RPLS, subscription: COLOR, files: [4]}
 """
 
 from __future__ import annotations

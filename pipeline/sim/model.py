@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from pipeline.sim.utility import UtilityEvent
+
 Encoding = Literal["ebcdic", "ascii"]
 Images = Literal["after", "before", "both"]
 FieldFormat = Literal["A", "P", "B", "U"]
@@ -138,6 +140,7 @@ class SimConfig(_Frozen):
     resend_buffers: tuple[ResendBufferDef, ...] = ()
     subscriptions: tuple[Subscription, ...] = Field(min_length=1)
     initial_states: tuple[InitialStateDef, ...] = ()
+    utility_events: tuple[UtilityEvent, ...] = ()  # statuses sent before transaction `at`
 
     @model_validator(mode="after")
     def _references(self) -> SimConfig:
@@ -152,6 +155,13 @@ class SimConfig(_Frozen):
         names = [s.name for s in self.subscriptions]
         if len(set(names)) != len(names):
             raise ValueError("subscription names must be unique")
+        for event in self.utility_events:
+            sub = self.subscription(event.subscription)
+            if sub is None:
+                raise ValueError(f"utility event: unknown subscription {event.subscription}")
+            if event.fnr and event.fnr not in sub.files:
+                raise ValueError(f"utility event: file {event.fnr} is not one of "
+                                 f"{event.subscription}'s files {list(sub.files)}")
         return self
 
     def subscription(self, name: str) -> Subscription | None:

@@ -29,6 +29,8 @@ from pipeline.sim.packer import Packer, minimum_message_size
 from pipeline.sim.payloads import CODEPAGES, layout_size
 from pipeline.sim.resend import ResendBuffer
 from pipeline.sim.transactions import Transaction, TransactionGenerator
+from pipeline.sim.utility import EMPTIES_FILE, UtilityEvent
+from pipeline.urb import make_element
 
 C5_DATA_LEN = 40
 
@@ -132,6 +134,9 @@ class Replicator:
             for k in ("restart", "drop_continuation", "corrupt", "drop_transaction", "duplicate")
         }
         out = self.restart() if hits["restart"] else []
+        for event in self.config.utility_events:
+            if event.at == index:
+                out += self.utility(event)
         self._armed |= {k for k in ("drop_continuation", "corrupt") if hits[k]}
         sub, out_switch = self._pick()
         out += out_switch
@@ -186,6 +191,25 @@ class Replicator:
         )
         for dest in sub.destinations:
             out += self.outbox.send(dest, sub.name, [part], sub.encoding)
+        return out
+
+    def utility(self, event: UtilityEvent) -> list[Delivery]:
+        """A utility/lifecycle status of one subscription's file, sent now (see utility.py).
+
+        After everything the subscription sent before it, so a consumer sees it between the
+        transactions committed before and after the utility (URBSTTIM orders them too).
+        """
+        sub = self.config.subscription(event.subscription)
+        if sub is None:
+            raise ValueError(f"utility event: unknown subscription {event.subscription}")
+        out = self.flush_subscription(sub)
+        now = stck(self.clock.advance(1))
+        fields = event.urbs_fields(dbid=sub.dbid, time=now, commit=now)
+        part = Part("URBS", fields, int(make_element("URBS", **fields).urbslen))
+        for dest in sub.destinations:
+            out += self.outbox.send(dest, sub.name, [part], sub.encoding)
+        if event.utility in EMPTIES_FILE and event.fnr:
+            self.generator.empty_file(sub.name, event.fnr)
         return out
 
     # -- sending -----------------------------------------------------------------------------

@@ -109,6 +109,10 @@ class TransactionGenerator:
     def file(self, subscription: str, fnr: int) -> FileRecords:
         return self._files[(subscription, fnr)]
 
+    def empty_file(self, subscription: str, fnr: int) -> None:
+        """Refresh (or define) file: no records left, ISNs start at 1 again."""
+        self._files[(subscription, fnr)] = FileRecords()
+
     def next_transaction(self, sub: Subscription, clock: Clock) -> Transaction:
         """A committed transaction of 1..N records; updates/deletes hit existing ISNs."""
         mix = self._config.mix
