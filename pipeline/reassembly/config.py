@@ -12,6 +12,25 @@ DEFAULT_UNRECOVERABLE_SUBCODES = frozenset({34, 35, 36, 37})
 
 
 @dataclass(frozen=True, slots=True)
+class InitialStateTarget:
+    """An ISN-list initial-state definition the job may ask to re-read records of a file.
+
+    It covers the files ``files`` of database ``dbid`` for the records of ``subscription``
+    (conf: the subscription's ``initial_state``, ``dbid`` and ``files``). The job always sends
+    an ISN list, so the definition must select by ISN list (a "select all" definition answers
+    an ISN list with INST/ERRO, response 131 subcode 15).
+    """
+
+    subscription: str
+    name: str
+    dbid: int
+    files: tuple[int, ...]
+
+    def covers(self, dbid: int, fnr: int) -> bool:
+        return dbid == self.dbid and fnr in self.files
+
+
+@dataclass(frozen=True, slots=True)
 class ReassemblyConfig:
     """Everything the machine's behaviour depends on besides state, rows and time.
 
@@ -30,6 +49,12 @@ class ReassemblyConfig:
     - ``max_open_gaps``: cap on open gaps per key; the oldest beyond it becomes unrecoverable.
     - ``reply_destination``/``request_token``: carried into every TRAN request; when the token
       is set, TRSP replies with another token are recorded but do not touch gaps.
+    - ``initial_states``: per subscription, the ISN-list initial-state definition asked to
+      re-read the ISNs a resent transaction left unverified (none: no INST requests).
+    - ``max_isns_per_request``: cap on the ISN list of one INST request; more ISNs of one
+      file in one step are split over several requests.
+    - ``initial_state_timeout_ms``: an INST request (or an INIT seen) with no CMPL/ERRO for
+      this long is reported overdue (warning); a late reply still settles it.
     """
 
     landing_policy: str = "immediate"
@@ -46,12 +71,16 @@ class ReassemblyConfig:
     reply_destination: str = ""
     request_token: str = ""
     unrecoverable_subcodes: frozenset[int] = DEFAULT_UNRECOVERABLE_SUBCODES
+    initial_states: tuple[InitialStateTarget, ...] = ()
+    max_isns_per_request: int = 500
+    initial_state_timeout_ms: int = 600_000
 
     def __post_init__(self) -> None:
         if self.landing_policy not in LANDING_POLICIES:
             raise ValueError(f"landing_policy must be one of {LANDING_POLICIES}")
         positive = ("max_requests_per_gap", "retry_initial_ms", "retry_max_ms",
-                    "hold_timeout_ms", "duplicate_window", "max_buffered_bytes", "max_open_gaps")
+                    "hold_timeout_ms", "duplicate_window", "max_buffered_bytes", "max_open_gaps",
+                    "max_isns_per_request", "initial_state_timeout_ms")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
@@ -64,6 +93,11 @@ class ReassemblyConfig:
         if len(self.request_token) > 8:
             raise ValueError("request_token is at most 8 characters (URBIRTOK)")
         object.__setattr__(self, "unrecoverable_subcodes", frozenset(self.unrecoverable_subcodes))
+        object.__setattr__(self, "initial_states", tuple(self.initial_states))
+
+    def initial_state_for(self, subscription: str) -> InitialStateTarget | None:
+        """The initial-state definition configured for a subscription's files, if any."""
+        return next((t for t in self.initial_states if t.subscription == subscription), None)
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, object]) -> ReassemblyConfig:

@@ -204,8 +204,58 @@ class Inconsistent:
     details: dict[str, object] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class InitialStateRequested:
+    """Ask the replicator for the current images of ``isns`` of one file (one INST request).
+
+    Raised after a resend (before images only) landed: its inserted/updated ISNs are
+    unverified until their R images arrive. ``request_id`` ("job:<n>", n counting per key)
+    identifies the request in the tracking alerts; ``tsnrs`` are the resent transactions
+    the ISNs came from.
+    """
+
+    subscription: str
+    destination: str
+    epoch: int
+    request_id: str
+    name: str             # URBIINAM: the initial-state definition
+    dbid: int
+    fnr: int
+    isns: tuple[int, ...]
+    tsnrs: tuple[int, ...]
+    token: str
+    reply_destination: str
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class InitialStateChanged:
+    """A tracked INST request moved on: started (INIT), completed (CMPL), failed (ERRO, or
+    CMPL with a response code) or overdue (no CMPL/ERRO within the timeout).
+
+    ``request_id`` is the job's id ("job:<n>") or, for a request the job did not send (e.g.
+    ``urbpipe request inst``), "ext:<token>:<URBSTIME of its first reply>".
+    """
+
+    subscription: str
+    destination: str
+    epoch: int
+    request_id: str
+    state: str
+    name: str
+    dbid: int
+    fnr: int
+    token: str
+    rsp: int
+    subcode: int
+    reason: str
+    isn_count: int
+    requested_at_ms: int
+    at_ms: int
+
+
 Event = (
     TransactionComplete | DuplicateDropped | GapOpened | GapRequested | GapFilled
     | GapUnrecoverable | LostContinuation | EpochStarted | StatusReceived
-    | BufferLimitExceeded | Inconsistent
+    | BufferLimitExceeded | Inconsistent | InitialStateRequested | InitialStateChanged
 )

@@ -6,7 +6,9 @@ then writes the events out. The same inputs always give the same outputs, so a r
 reproduces exactly what Delta already holds.
 
 Order of work in one step: rows in Kafka order, message by message; then timers (retries,
-hold timeouts, partial-transaction timeout) at ``now_ms``.
+hold timeouts, partial-transaction timeout, overdue INST requests) at ``now_ms``; then the INST
+requests for the ISNs the step's landed resends left unverified (one per file, see
+initial_state.py).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from pipeline.reassembly import assembler, gaps
+from pipeline.reassembly import assembler, gaps, initial_state
 from pipeline.reassembly.config import ReassemblyConfig
 from pipeline.reassembly.events import (
     BufferLimitExceeded,
@@ -54,6 +56,7 @@ def step(state: KeyState | None, rows: Iterable[ElementRow], now_ms: int,
     for message in messages(rows):
         run.message(message)
     run.timers()
+    run.request_initial_states()  # after timers: they may land held resends too
     return StepResult(None if st.is_empty() else st, run.events, run.next_timeout())
 
 
@@ -67,6 +70,8 @@ class _Run:
         self.events: list[Event] = []
         # The message at hand started with a URBC that continued the open transaction.
         self.resumed = False
+        # fnr -> (ISNs, tsnrs) that resends landed in this step left unverified.
+        self.unverified: dict[int, tuple[set[int], set[int]]] = {}
 
     # ----------------------------------------------------------------- messages
     def message(self, msg: tuple[ElementRow, ...]) -> None:
@@ -213,6 +218,9 @@ class _Run:
             fields=dict(row.fields), data=row.data, topic=row.topic, partition=row.partition,
             offset=row.offset, elem_index=row.elem_index, urbhtime=row.urbhtime,
             at_ms=self.now))
+        if row.char("urbsrt") == "INST":
+            self.events.extend(initial_state.on_reply(self.st.inst, row, self.config,
+                                                      self._where()))
 
     def _trsp(self, row: ElementRow) -> None:
         """A reply to our TRAN request: rsp 131 with a final subcode ends the gap."""
@@ -344,6 +352,33 @@ class _Run:
     def _land(self, txn: TransactionComplete) -> None:
         self.events.append(replace(txn, at_ms=self.now))
         self.st.count("landed")
+        if txn.resent:
+            self._note_unverified(txn)
+
+    # ----------------------------------------------------------------- initial state
+    def _note_unverified(self, txn: TransactionComplete) -> None:
+        """A resend landed without after images: remember its ISNs for an INST request."""
+        target = self.config.initial_state_for(self.subscription)
+        if target is None:
+            return
+        for fnr, isns in initial_state.unverified_isns(txn, target).items():
+            wanted, tsnrs = self.unverified.setdefault(fnr, (set(), set()))
+            wanted |= isns
+            tsnrs.add(txn.tsnr)
+
+    def request_initial_states(self) -> None:
+        """One INST request per file (split at the ISN cap) for this step's resends."""
+        target = self.config.initial_state_for(self.subscription)
+        if target is None:
+            return
+        for fnr in sorted(self.unverified):
+            isns, tsnrs = self.unverified[fnr]
+            self.events.extend(initial_state.request(self.st.inst, target, fnr, isns, tsnrs,
+                                                     self.config, self._where()))
+        self.unverified.clear()
+
+    def _where(self) -> initial_state.Where:
+        return initial_state.Where(self.subscription, self.destination, self.st.epoch, self.now)
 
     def _hold(self, u: int, txn: TransactionComplete) -> None:
         self.st.held.append((u, txn))
@@ -459,11 +494,13 @@ class _Run:
         p, timeout = self.st.partial, self.config.partial_timeout_ms
         if p is not None and timeout is not None and self.now >= p.touched_ms + timeout:
             self._lose(f"no continuation within {timeout} ms")
+        self.events.extend(initial_state.overdue(self.st.inst, self.config, self._where()))
 
     def next_timeout(self) -> int | None:
         """The earliest pending deadline, strictly after now (Spark rejects anything else)."""
         deadlines = [d for g in self.st.gaps for d in (g.next_retry_ms, g.hold_until_ms)
                      if d is not None]
+        deadlines += self.st.inst.deadlines()
         p, timeout = self.st.partial, self.config.partial_timeout_ms
         if p is not None and timeout is not None:
             deadlines.append(p.touched_ms + timeout)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from pipeline.reassembly.assembler import Partial
 from pipeline.reassembly.events import ImageOut, RecordOut, TransactionComplete
 from pipeline.reassembly.gaps import Gap
+from pipeline.reassembly.initial_state import InstState
 from pipeline.reassembly.sequence import DupWindow
 
 MAGIC = b"RA"
@@ -29,7 +30,8 @@ class KeyState:
 
     Bounded: one partial transaction, open gaps (each at most ``max_requests_per_gap``
     positions, at most ``max_open_gaps`` of them), held transactions (capped by
-    ``max_buffered_bytes``), a fixed-size duplicate window and a few counters.
+    ``max_buffered_bytes``), a fixed-size duplicate window, a few counters and at most
+    ``initial_state.MAX_TRACKED`` open INST requests.
     """
 
     epoch: int = 0
@@ -41,6 +43,7 @@ class KeyState:
     gaps: list[Gap] = field(default_factory=list)
     held: list[tuple[int, TransactionComplete]] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
+    inst: InstState = field(default_factory=InstState)  # INST requests asked and tracked
 
     def clone(self) -> KeyState:
         """A deep copy, so ``step`` never changes the state object it was given."""
@@ -65,7 +68,7 @@ class KeyState:
             "partial": _partial_obj(self.partial, blob) if self.partial else None,
             "discard": self.discard, "gaps": [g.to_obj() for g in self.gaps],
             "held": [[u, _txn_obj(t, blob)] for u, t in self.held],
-            "counters": self.counters,
+            "counters": self.counters, "inst": self.inst.to_obj(),
         }
         text = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
         body = struct.pack(">I", len(text)) + text + bytes(blob)
@@ -87,6 +90,7 @@ class KeyState:
             discard=doc["discard"], gaps=[Gap.from_obj(g) for g in doc["gaps"]],
             held=[(u, _txn_from(t, blob)) for u, t in doc["held"]],
             counters=dict(doc["counters"]),
+            inst=InstState.from_obj(doc.get("inst")),  # absent in states written before INST
         )
 
 

@@ -11,6 +11,12 @@ Conventions (the Spark glue relies on them):
 - Alerts and requests carry an ``idempotency_key`` built from what they describe (never from
   wall time), so a replayed batch produces the same keys and consumers can drop repeats.
 - ``duplicates`` (one row per dropped duplicate) is extra, for counting; write it or not.
+- ``requests`` holds every request to send: ``kind`` 'TRAN' (one tsnr each, ``tsnr``,
+  ``attempt``, ``gap_id``) or 'INST' (``initial_state``, ``dbid``, ``fnr``, ``isns``,
+  ``request_id``); the columns of the other kind are None.
+- INST tracking has no table of its own: each transition is an alert ``initial_state_<state>``
+  (requested, started, completed: info; overdue: warning; failed: critical) whose details name
+  the request, so ``requests`` + ``alerts`` tell an INST request's whole story.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from pipeline.reassembly.events import (
     GapRequested,
     GapUnrecoverable,
     Inconsistent,
+    InitialStateChanged,
+    InitialStateRequested,
     LostContinuation,
     StatusReceived,
     TransactionComplete,
@@ -42,6 +50,10 @@ UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 ALERT_STATUSES = frozenset({"LOST", "DEAC"})
 GAP_STATES = {GapOpened: "open", GapRequested: "requested", GapFilled: "filled",
               GapUnrecoverable: "unrecoverable"}
+INST_SEVERITY = {"requested": "info", "started": "info", "completed": "info",
+                 "overdue": "warning", "failed": "critical"}
+_INST_COLUMNS = {"initial_state": None, "dbid": None, "fnr": None, "isns": None,
+                 "request_id": None}
 
 Rows = dict[str, list[dict]]
 
@@ -126,7 +138,42 @@ def _requests(e: GapRequested, out: Rows) -> None:
         **_names(e), "tsnr": tsnr, "token": e.token, "reply_destination": e.reply_destination,
         "attempt": e.attempt, "gap_id": e.gap_id, "requested_at": ms_to_datetime(e.at_ms),
         "idempotency_key": f"{e.destination}|{e.subscription}|{e.epoch}|{tsnr}|{e.attempt}",
+        "kind": "TRAN", **_INST_COLUMNS,
     } for tsnr in e.tsnrs)
+
+
+def _inst_requested(e: InitialStateRequested, now_ms: int, out: Rows) -> None:
+    """One INST request row (the sink sends it) and its info alert."""
+    out["requests"].append({
+        **_names(e), "tsnr": None, "token": e.token, "reply_destination": e.reply_destination,
+        "attempt": 1, "gap_id": None, "requested_at": ms_to_datetime(e.at_ms),
+        "idempotency_key": f"{e.destination}|{e.subscription}|INST|{e.request_id}",
+        "kind": "INST", "initial_state": e.name, "dbid": e.dbid, "fnr": e.fnr,
+        "isns": list(e.isns), "request_id": e.request_id,
+    })
+    _alert(out, e, "initial_state_requested", "info",
+           f"initial state {e.name} requested for {len(e.isns)} ISN(s) of file {e.dbid}/{e.fnr}"
+           f" (resent transaction(s) {_short(e.tsnrs)})", f"{e.request_id}|requested",
+           {"request_id": e.request_id, "state": "requested", "initial_state": e.name,
+            "dbid": e.dbid, "fnr": e.fnr, "token": e.token, "isn_count": len(e.isns),
+            "tsnrs": list(e.tsnrs), "rsp": 0, "subcode": 0, "reason": "",
+            "requested_at_ms": e.at_ms})
+
+
+def _inst_changed(e: InitialStateChanged, now_ms: int, out: Rows) -> None:
+    """A tracked INST request's transition: an alert whose details name the request."""
+    _alert(out, e, f"initial_state_{e.state}", INST_SEVERITY[e.state],
+           f"initial state {e.name} for file {e.dbid}/{e.fnr} ({e.request_id}) {e.state}"
+           + (f": {e.reason}" if e.reason else ""), f"{e.request_id}|{e.state}",
+           {"request_id": e.request_id, "state": e.state, "initial_state": e.name,
+            "dbid": e.dbid, "fnr": e.fnr, "token": e.token, "isn_count": e.isn_count,
+            "rsp": e.rsp, "subcode": e.subcode, "reason": e.reason,
+            "requested_at_ms": e.requested_at_ms})
+
+
+def _short(values: tuple[int, ...], shown: int = 5) -> str:
+    text = ", ".join(map(str, values[:shown]))
+    return text + (f" … ({len(values)})" if len(values) > shown else "")
 
 
 def _lost(e: LostContinuation, now_ms: int, out: Rows) -> None:
@@ -231,4 +278,5 @@ _HANDLERS: dict[type, Callable[..., None]] = {
     TransactionComplete: _transaction, GapEvent: _gap, LostContinuation: _lost,
     EpochStarted: _epoch, StatusReceived: _status, BufferLimitExceeded: _buffer,
     Inconsistent: _inconsistent, DuplicateDropped: _duplicate,
+    InitialStateRequested: _inst_requested, InitialStateChanged: _inst_changed,
 }

@@ -158,8 +158,9 @@ def from_settings(settings: Settings) -> SimConfig:
     Destinations and topics come from topics.outputs and the reply destination/topic, the
     request topic from topics.requests, subscriptions from the subscriptions section (payload
     layouts: the built-in one of the same name, else the ORDERS one), one shared resend buffer
-    for the subscriptions that have resend_buffer set, and one initial-state definition
-    (selection all) per subscription that names one.
+    for the subscriptions that have resend_buffer set, and one initial-state definition per
+    subscription that names one, selecting by ISN list (the job asks for the ISNs a resend
+    left unverified; conf/README.md, subscriptions.initial_state).
     """
     topics = settings.topics
     if not topics.outputs:
@@ -169,7 +170,7 @@ def from_settings(settings: Settings) -> SimConfig:
     destinations.append({"name": reply, "topic": topics.replies})
     subs = [_subscription(s) for s in settings.subscriptions]
     states = [
-        {"name": s.initial_state, "dbid": s.dbid, "files": s.files, "selection": "all"}
+        {"name": s.initial_state, "dbid": s.dbid, "files": s.files, "selection": "isnlist"}
         for s in settings.subscriptions
         if s.initial_state
     ]

@@ -58,9 +58,10 @@ def _status(
     rep: Replicator, dests: list[str], key: str, rt: str, st: str, **fields: Any
 ) -> list[Delivery]:
     known = [d for d in dests if d and rep.outbox.knows(d)]
+    at = rep.clock.now()  # one status event: the same URBSTIME on every destination
 
     def part(_dest: str) -> Part:
-        return status_part(rt, st, rep.clock.now(), **fields)
+        return status_part(rt, st, at, **fields)
 
     return rep.send_status(known, key, part)
 

@@ -102,9 +102,11 @@ class RecordDecoder:
     """Turns one Kafka record into element rows (dicts keyed like ARROW_SCHEMA)."""
 
     def __init__(self, destinations: Mapping[str, str], default_destination: str,
-                 codepage: str, home_destinations: Mapping[str, str] | None = None) -> None:
+                 codepage: str, home_destinations: Mapping[str, str] | None = None,
+                 initial_states: Mapping[str, str] | None = None) -> None:
         self._destinations = dict(destinations)
         self._home = dict(home_destinations or {})
+        self._initial_states = dict(initial_states or {})  # URBSINAM -> subscription
         self._default = default_destination
         self._codepage = codepage
 
@@ -135,7 +137,10 @@ class RecordDecoder:
             # Replies (TRSP, SUBS …) arrive at the reply destination but belong to the
             # subscription/destination they name (a TRSP may leave URBSDNAM blank: then the
             # subscription's only destination from conf); destination-wide status keeps its key.
+            # INST replies name no subscription: the one whose conf names their initial state.
             snam = el.urbssnam or ""
+            if not snam and el.urbsrt == "INST":
+                snam = self._initial_states.get(el.urbsinam or "", "")
             row["destination"] = el.urbsdnam or self._home.get(snam) or base["destination"]
             row["subscription"] = snam
             row["data"] = el.data or None

@@ -16,8 +16,9 @@ What it imitates, and how:
   without data but with an expired timeout (timeout < batch time) are called with no rows;
   state is only ever kept as ``KeyState.to_bytes`` output; the timeout is set from
   ``next_timeout_ms`` (or cleared) on every call.
-- foreachBatch: rows per table collected; TRAN requests built by the codec and answered by the
-  simulator, whose deliveries are appended to "Kafka" for later batches (issue 5's closed loop).
+- foreachBatch: rows per table collected; TRAN and INST requests built by the codec and
+  answered by the simulator, whose deliveries are appended to "Kafka" for later batches (the
+  closed loops of issue 5 and issue 6's convergence after a resend).
 """
 
 from __future__ import annotations
@@ -63,11 +64,14 @@ def partition_of(key: bytes, partitions: int) -> int:
     return zlib.crc32(key) % partitions
 
 
-def decoder_for(config: SimConfig, codepage: str = CODEPAGE) -> RecordDecoder:
-    """The decoder the job builds from conf (pipeline/spark/query.py:record_decoder)."""
+def decoder_for(config: SimConfig, codepage: str = CODEPAGE,
+                initial_state_routes: Mapping[str, str] | None = None) -> RecordDecoder:
+    """The decoder the job builds from conf (pipeline/spark/query.py:record_decoder);
+    ``initial_state_routes``: initial-state name -> subscription (conf ``initial_state``)."""
     destinations = {d.topic: d.name for d in config.destinations}
     homes = {s.name: s.destinations[0] for s in config.subscriptions if len(s.destinations) == 1}
-    return RecordDecoder(destinations, config.destinations[0].name, codepage, homes)
+    return RecordDecoder(destinations, config.destinations[0].name, codepage, homes,
+                         initial_state_routes)
 
 
 @dataclass(frozen=True)
@@ -202,16 +206,28 @@ def tran_bytes(row: Mapping[str, Any], config: ReassemblyConfig) -> bytes:
                              rtok=row.get("token") or config.request_token)
 
 
+def request_bytes(row: Mapping[str, Any], config: ReassemblyConfig) -> bytes:
+    """The request (TRAN, or INST with an ISN list) for one ``requests`` row, as
+    pipeline/spark/sinks.py:send_requests_and_alerts builds it."""
+    if row.get("kind") != "INST":
+        return tran_bytes(row, config)
+    return urb_requests.inst(row["initial_state"], int(row["dbid"]), int(row["fnr"]),
+                             isns=list(row["isns"]),
+                             rnam=row.get("reply_destination") or config.reply_destination,
+                             rtok=row.get("token") or config.request_token)
+
+
 class Harness:
     """Kafka + the streaming job in memory, closed over the simulator's request answering."""
 
     def __init__(self, replicator: Replicator, *, partitions: int = 2,
                  config: ReassemblyConfig | None = None, shuffle_seed: int = 0,
                  start_ms: int = START_MS, interval_ms: int = 1_000,
-                 frame_rows: int = 10_000, answer_requests: bool = True) -> None:
+                 frame_rows: int = 10_000, answer_requests: bool = True,
+                 initial_state_routes: Mapping[str, str] | None = None) -> None:
         self.replicator = replicator
         self.config = config or default_reassembly()
-        self.decoder = decoder_for(replicator.config)
+        self.decoder = decoder_for(replicator.config, initial_state_routes=initial_state_routes)
         self.kafka = KafkaLog(partitions)
         self.shuffle_seed, self.frame_rows = shuffle_seed, frame_rows
         self.interval_ms, self.now_ms = interval_ms, start_ms
@@ -250,7 +266,7 @@ class Harness:
         for name, rows in out.tables.items():
             self.tables.setdefault(name, []).extend(rows)
         for row in out.tables.get("requests", []):
-            request = tran_bytes(row, self.config)
+            request = request_bytes(row, self.config)
             self.requests_sent.append(request)
             if self.answer_requests:
                 self.feed(self.replicator.answer(request))

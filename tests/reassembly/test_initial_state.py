@@ -1,0 +1,271 @@
+"""Initial state after a resend: INST requests for the unverified ISNs, and INST tracking."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.reassembly.config import InitialStateTarget, ReassemblyConfig
+from pipeline.reassembly.events import (
+    InitialStateChanged,
+    InitialStateRequested,
+    StatusReceived,
+)
+from pipeline.reassembly.initial_state import MAX_TRACKED
+from pipeline.reassembly.state import KeyState
+from pipeline.reassembly.tables import events_to_rows
+from tests.reassembly.builders import (
+    Elem,
+    Feed,
+    Harness,
+    elements,
+    resend_of,
+    stck,
+    txn,
+)
+
+TARGET = InitialStateTarget("COLOR", "ICOLOR", 10006, (4,))
+CFG = ReassemblyConfig(retry_initial_ms=1_000, max_retries=2, request_token="URBPIPE",
+                       reply_destination="REPLY", initial_states=(TARGET,),
+                       initial_state_timeout_ms=60_000)
+
+
+def with_gap(config: ReassemblyConfig = CFG) -> tuple[Harness, Feed]:
+    """tsnr 1, 2 and 5 landed: 3 and 4 are missing and requested."""
+    h, feed = Harness(config, now_ms=10_000), Feed()
+    h.feed(feed.send(txn(1), txn(2), txn(5)))
+    return h, feed
+
+
+def typed(spec_elems: list[Elem], types: dict[int, str] | None = None,
+          isns: dict[int, int] | None = None, fnrs: dict[int, int] | None = None) -> list[Elem]:
+    """Elements with some records' URBRTYP, URBRISN or URBRFNR changed (by rsnr)."""
+    out = []
+    for e in spec_elems:
+        if e.eye == "URBR":
+            r, f = e.fields["urbrrsnr"], dict(e.fields)
+            f["urbrtyp"] = (types or {}).get(r, f["urbrtyp"])
+            f["urbrisn"] = (isns or {}).get(r, f["urbrisn"])
+            f["urbrfnr"] = (fnrs or {}).get(r, f["urbrfnr"])
+            e = Elem(e.eye, f, e.payload, e.data)
+        out.append(e)
+    return out
+
+
+def inst_reply(st_: str, at: int, rsp: int = 0, subc: int = 0, token: str = "URBPIPE",
+               name: str = "ICOLOR", fnr: int = 4) -> Elem:
+    """An INST/INIT|CMPL|ERRO status; ``at`` makes its URBSTIME (copies share it)."""
+    return Elem("URBS", {
+        "urbsrtok": token, "urbsrt": "INST", "urbsst": st_, "urbstime": stck(at),
+        "urbsrsp": rsp, "urbssubc": subc, "urbserri": "", "urbsinam": name, "urbssnam": "",
+        "urbsdnam": "", "urbsptim": 0, "urbsttim": 0, "urbstsnr": 0, "urbsdbid": 10006,
+        "urbsfnr": fnr})
+
+
+def replies(h: Harness, feed: Feed, *elems: Elem, now: int | None = None) -> list:
+    return h.feed([row for e in elems for row in feed.message([e])], now)
+
+
+# --------------------------------------------------------------------------- requests
+def test_a_landed_resend_requests_exactly_its_updated_isns_once_per_file() -> None:
+    h, feed = with_gap()
+    events = h.feed(feed.send(resend_of(txn(3, n_records=2)), resend_of(txn(4, n_records=1))))
+    [req] = h.of(InitialStateRequested, events)
+    assert (req.name, req.dbid, req.fnr, req.isns, req.tsnrs) == (
+        "ICOLOR", 10006, 4, (101, 102), (3, 4))
+    assert (req.request_id, req.token, req.reply_destination) == ("job:1", "URBPIPE", "REPLY")
+    rows = events_to_rows(events, h.now)
+    [row] = rows["requests"]
+    assert row["kind"] == "INST" and row["isns"] == [101, 102] and row["tsnr"] is None
+    assert row["idempotency_key"] == "OUT1|COLOR|INST|job:1"
+    alert = next(a for a in rows["alerts"] if a["kind"] == "initial_state_requested")
+    assert alert["severity"] == "info" and alert["details"]["isn_count"] == 2
+
+
+def test_tran_request_rows_say_their_kind() -> None:
+    h, _ = with_gap()
+    rows = events_to_rows(h.events, h.now)["requests"]
+    assert {r["kind"] for r in rows} == {"TRAN"} and all(r["isns"] is None for r in rows)
+
+
+def test_deletes_other_files_and_other_databases_are_not_requested() -> None:
+    h, feed = with_gap()
+    spec = resend_of(txn(3, n_records=4))
+    elems = typed(elements(spec), types={1: "D"}, fnrs={3: 9}, isns={4: 101})
+    events = h.feed(feed.message(elems))
+    [req] = h.of(InitialStateRequested, events)
+    assert req.isns == (101, 102), "D (101 as rsnr 1) skipped, fnr 9 skipped, 101 once"
+    other_db = replace(resend_of(txn(4)), dbid=12)
+    assert not h.of(InitialStateRequested, h.feed(feed.send(other_db)))
+
+
+def test_without_a_definition_or_for_live_transactions_nothing_is_requested() -> None:
+    h, feed = with_gap(replace(CFG, initial_states=()))
+    assert not h.of(InitialStateRequested, h.feed(feed.send(resend_of(txn(3)))))
+    h2, feed2 = with_gap()
+    assert not h2.of(InitialStateRequested), "live transactions have after images"
+    h2.feed(feed2.send(txn(6, rsnd=True)))  # possibly resent, but no prior-transaction resend
+    assert not h2.of(InitialStateRequested)
+
+
+def test_the_isn_cap_splits_one_file_into_several_requests() -> None:
+    h, feed = with_gap(replace(CFG, max_isns_per_request=2))
+    events = h.feed(feed.send(resend_of(txn(3, n_records=5))))
+    reqs = h.of(InitialStateRequested, events)
+    assert [r.isns for r in reqs] == [(101, 102), (103, 104), (105,)]
+    assert [r.request_id for r in reqs] == ["job:1", "job:2", "job:3"]
+
+
+def test_a_replayed_batch_asks_with_the_same_ids() -> None:
+    h, feed = with_gap()
+    before, rows = h.state_bytes, feed.send(resend_of(txn(3)))
+    first = h.feed(rows)
+    h.state_bytes = before
+    again = h.feed(rows)
+    assert h.of(InitialStateRequested, first) == h.of(InitialStateRequested, again)
+
+
+# --------------------------------------------------------------------------- tracking
+def requested() -> tuple[Harness, Feed]:
+    h, feed = with_gap()
+    h.feed(feed.send(resend_of(txn(3)), resend_of(txn(4))))
+    return h, feed
+
+
+def changes(events: list) -> list[tuple[str, str]]:
+    return [(e.request_id, e.state) for e in events if isinstance(e, InitialStateChanged)]
+
+
+def test_init_then_cmpl_complete_the_request_and_copies_count_once() -> None:
+    h, feed = requested()
+    init, cmpl = inst_reply("INIT", 1), inst_reply("CMPL", 2)
+    events = replies(h, feed, init, init, cmpl, init, cmpl)
+    assert changes(events) == [("job:1", "started"), ("job:1", "completed")]
+    assert len(h.of(StatusReceived, events)) == 5, "every copy still lands in status_events"
+    alerts = events_to_rows(events, h.now)["alerts"]
+    assert [(a["kind"], a["severity"]) for a in alerts] == [
+        ("initial_state_started", "info"), ("initial_state_completed", "info")]
+    assert h.state.inst.tracks == []
+
+
+def test_erro_fails_the_request_with_a_critical_alert_naming_the_subcode() -> None:
+    h, feed = requested()
+    events = replies(h, feed, inst_reply("ERRO", 1, rsp=131, subc=12))
+    [change] = h.of(InitialStateChanged, events)
+    assert (change.request_id, change.state, change.rsp, change.subcode) == (
+        "job:1", "failed", 131, 12)
+    assert "DBID/FNR definition not found" in change.reason
+    [alert] = events_to_rows(events, h.now)["alerts"]
+    assert (alert["kind"], alert["severity"]) == ("initial_state_failed", "critical")
+
+
+def test_cmpl_with_a_nucleus_error_is_a_failure() -> None:
+    h, feed = requested()
+    events = replies(h, feed, inst_reply("INIT", 1), inst_reply("CMPL", 2, rsp=148))
+    assert changes(events)[-1] == ("job:1", "failed")
+
+
+def test_no_reply_within_the_timeout_is_overdue_once_and_a_late_reply_still_settles() -> None:
+    h, feed = requested()
+    assert h.timeout is not None and h.timeout <= h.now + CFG.initial_state_timeout_ms
+    events = h.tick(h.now + CFG.initial_state_timeout_ms + 1)
+    assert changes(events) == [("job:1", "overdue")]
+    [alert] = [a for a in events_to_rows(events, h.now)["alerts"]
+               if a["kind"].startswith("initial_state")]
+    assert alert["severity"] == "warning"
+    assert changes(h.tick(h.now + 10 * CFG.initial_state_timeout_ms)) == []
+    late = replies(h, feed, inst_reply("INIT", 1), inst_reply("CMPL", 2))
+    assert changes(late) == [("job:1", "started"), ("job:1", "completed")]
+
+
+def test_cmpl_before_its_init_settles_the_request_and_the_init_opens_nothing() -> None:
+    h, feed = requested()
+    events = replies(h, feed, inst_reply("CMPL", 2), inst_reply("INIT", 1))
+    assert changes(events) == [("job:1", "completed")]
+    assert h.state.inst.tracks == [] and h.state.inst.settled_early == []
+    assert not h.of(InitialStateChanged, h.tick(h.now + 10 * CFG.initial_state_timeout_ms))
+
+
+def test_replies_to_a_request_the_job_did_not_send_are_tracked_as_external() -> None:
+    h, feed = requested()
+    events = replies(h, feed, inst_reply("INIT", 5, token="MANUAL"),
+                     inst_reply("CMPL", 6, token="MANUAL"),
+                     inst_reply("ERRO", 7, rsp=131, subc=9, token="OTHER", name="INOPE"))
+    ext = f"ext:MANUAL:{stck(5)}"
+    assert changes(events) == [(ext, "started"), (ext, "completed"),
+                               (f"ext:OTHER:{stck(7)}", "failed")]
+    assert [t.request_id for t in h.state.inst.tracks] == ["job:1"], "ours still open"
+
+
+def test_tracking_survives_the_state_round_trip() -> None:
+    h, feed = requested()
+    replies(h, feed, inst_reply("INIT", 1))
+    again = KeyState.from_bytes(h.state_bytes)
+    assert again.inst == h.state.inst and again.inst.tracks[0].state == "started"
+
+
+def test_open_requests_are_bounded() -> None:
+    h, feed = with_gap(replace(CFG, max_isns_per_request=1))
+    events = h.feed(feed.send(resend_of(txn(3, n_records=MAX_TRACKED + 3))))
+    assert len(h.state.inst.tracks) == MAX_TRACKED
+    assert [s for _, s in changes(events)] == ["overdue"] * 3
+
+
+# --------------------------------------------------------------------------- properties
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(1, 4), data=st.data())
+def test_any_merge_of_reply_copies_settles_each_request_exactly_once(n: int, data) -> None:
+    """The replicator answers n requests in order (INIT_i, CMPL_i) to the reply destination and
+    copies some of them to the output destination; the job sees the two topics merged in any
+    order (each topic in order). Every request completes exactly once, nothing is external."""
+    h, feed = with_gap(replace(CFG, max_isns_per_request=1))
+    h.feed(feed.send(resend_of(txn(3, n_records=n))))
+    reply_topic = [inst_reply(s, 10 * i + k) for i in range(1, n + 1)
+                   for k, s in enumerate(("INIT", "CMPL"))]
+    output_topic = [e for e in reply_topic if data.draw(st.booleans())]
+    picks = data.draw(st.permutations([0] * len(reply_topic) + [1] * len(output_topic)))
+    streams = [iter(reply_topic), iter(output_topic)]
+    merged = [next(streams[p]) for p in picks]
+    events = replies(h, feed, *merged)
+    done = [rid for rid, s in changes(events) if s == "completed"]
+    assert sorted(done) == sorted(f"job:{i}" for i in range(1, n + 1))
+    assert not any(rid.startswith("ext:") for rid, _ in changes(events))
+    assert h.state.inst.tracks == []
+    assert not h.of(InitialStateChanged, h.tick(h.now + 10 * CFG.initial_state_timeout_ms))
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=st.lists(st.tuples(st.sampled_from("IUD"), st.integers(1, 30),
+                                  st.sampled_from((4, 9))), min_size=1, max_size=12),
+       cap=st.integers(1, 5))
+def test_requests_cover_exactly_the_unverified_isns_within_the_cap(records, cap) -> None:
+    h, feed = with_gap(replace(CFG, max_isns_per_request=cap))
+    spec = resend_of(txn(3, n_records=len(records)))
+    elems = typed(elements(spec), types={i + 1: t for i, (t, _, _) in enumerate(records)},
+                  isns={i + 1: isn for i, (_, isn, _) in enumerate(records)},
+                  fnrs={i + 1: f for i, (_, _, f) in enumerate(records)})
+    reqs = h.of(InitialStateRequested, h.feed(feed.message(elems)))
+    want = {isn for t, isn, f in records if t in "IU" and f == 4}
+    got = [isn for r in reqs for isn in r.isns]
+    assert sorted(got) == sorted(want) and len(got) == len(set(got))
+    assert all(1 <= len(r.isns) <= cap and list(r.isns) == sorted(r.isns) for r in reqs)
+    assert [r.request_id for r in reqs] == [f"job:{i}" for i in range(1, len(reqs) + 1)]
+
+
+def test_a_state_saved_before_inst_tracking_existed_still_loads() -> None:
+    import json
+    import struct
+    import zlib
+
+    h, _ = with_gap()
+    body = zlib.decompress(h.state_bytes[3:])
+    (n,) = struct.unpack_from(">I", body)
+    doc = json.loads(body[4:4 + n])
+    del doc["inst"]
+    text = json.dumps(doc).encode()
+    old = h.state_bytes[:3] + zlib.compress(struct.pack(">I", len(text)) + text + body[4 + n:])
+    loaded = KeyState.from_bytes(old)
+    assert loaded.inst.tracks == [] and loaded.inst.next_seq == 1
+    assert loaded.gaps == h.state.gaps
