@@ -172,6 +172,13 @@ class Subscription(_Model):
             raise ValueError("must be a 1-8 character subscription name")
         return value
 
+    @field_validator("initial_state")
+    @classmethod
+    def _inam(cls, value: str | None) -> str | None:
+        if value is not None and not _DNAM.match(value):
+            raise ValueError("must be a 1-8 character initial-state definition name (URBIINAM)")
+        return value
+
 
 class Gaps(_Model):
     """Gap handling: prior-transaction requests, retries and the landing policy."""
@@ -184,6 +191,13 @@ class Gaps(_Model):
     hold_timeout_ms: int = Field(300_000, ge=1_000)
     duplicate_window: int = Field(1024, ge=16, le=1_000_000)
     max_buffered_bytes: int = Field(64 * 1024 * 1024, ge=65_536)
+
+
+class InitialState(_Model):
+    """INST requests the job sends after a resend, and how long it waits for their replies."""
+
+    max_isns_per_request: int = Field(500, ge=1, le=100_000)
+    reply_timeout_ms: int = Field(600_000, ge=1_000)
 
 
 class Stream(_Model):
@@ -205,6 +219,7 @@ class Stream(_Model):
     metrics_file: str = ".run/metrics.jsonl"
     prometheus_port: int | None = Field(None, ge=1024, le=65535)
     gaps: Gaps = Gaps()
+    initial_state: InitialState = InitialState()
 
     @field_validator("trigger_interval")
     @classmethod

@@ -23,17 +23,23 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "boolean": pa.bool_(),
     "binary": pa.binary(), "timestamp": pa.timestamp("us", tz="UTC"), "double": pa.float64(),
 }
-_COLUMN = re.compile(r"^\s*(\w+)\s+(\w+)\s*$")
+_COLUMN = re.compile(r"^\s*(\w+)\s+(\w+)(?:<(\w+)>)?\s*$")
 
 
 def arrow_schema(ddl: str) -> pa.Schema:
-    """A pyarrow schema from the flat Spark DDL strings of ``pipeline.spark.tables``."""
+    """A pyarrow schema from the flat Spark DDL strings of ``pipeline.spark.tables``
+    (scalar columns, and ``array<scalar>``)."""
     fields = []
     for part in ddl.split(","):
         match = _COLUMN.match(part)
         if not match:
             raise ValueError(f"unsupported column definition {part!r}")
-        fields.append(pa.field(match[1], _ARROW_TYPES[match[2].lower()]))
+        kind = _ARROW_TYPES[(match[3] or match[2]).lower()]
+        if match[3]:
+            if match[2].lower() != "array":
+                raise ValueError(f"unsupported column definition {part!r}")
+            kind = pa.list_(kind)
+        fields.append(pa.field(match[1], kind))
     return pa.schema(fields)
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from pipeline.config import Settings
 from pipeline.reassembly import ReassemblyConfig
+from pipeline.reassembly.config import InitialStateTarget
 from pipeline.spark.decode_stage import RecordDecoder, arrow_decoder, spark_ddl
 from pipeline.spark.sinks import BatchCallback, batch_writer
 from pipeline.spark.state_stage import OUTPUT_DDL, STATE_DDL, state_function
@@ -32,7 +33,19 @@ def reassembly_config(settings: Settings) -> ReassemblyConfig:
         max_retries=g.max_retries, hold_timeout_ms=g.hold_timeout_ms,
         duplicate_window=g.duplicate_window, max_buffered_bytes=g.max_buffered_bytes,
         reply_destination=settings.replicator.reply_destination,
-        request_token=settings.replicator.request_token)
+        request_token=settings.replicator.request_token,
+        initial_states=tuple(InitialStateTarget(s.name, s.initial_state, s.dbid, tuple(s.files))
+                             for s in settings.subscriptions if s.initial_state),
+        max_isns_per_request=settings.stream.initial_state.max_isns_per_request,
+        initial_state_timeout_ms=settings.stream.initial_state.reply_timeout_ms)
+
+
+def initial_state_routes(settings: Settings) -> dict[str, str]:
+    """Initial-state name -> the one subscription that names it (INST replies carry no
+    subscription name; ambiguous names keep their destination-wide key)."""
+    names = [s.initial_state for s in settings.subscriptions if s.initial_state]
+    return {s.initial_state: s.name for s in settings.subscriptions
+            if s.initial_state and names.count(s.initial_state) == 1}
 
 
 def record_decoder(settings: Settings) -> RecordDecoder:
@@ -40,7 +53,8 @@ def record_decoder(settings: Settings) -> RecordDecoder:
     homes = {s.name: s.destinations[0] for s in settings.subscriptions
              if len(s.destinations) == 1}
     default = settings.topics.pattern_destination or next(iter(destinations.values()))
-    return RecordDecoder(destinations, default, settings.replicator.codepage, homes)
+    return RecordDecoder(destinations, default, settings.replicator.codepage, homes,
+                         initial_state_routes(settings))
 
 
 def kafka_source(spark: SparkSession, settings: Settings) -> DataFrame:

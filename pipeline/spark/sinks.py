@@ -84,14 +84,38 @@ def tran_request(settings: Settings, row: dict[str, Any]) -> bytes:
                              ebcdic=rep.ebcdic, big_endian=rep.big_endian)
 
 
+def inst_request(settings: Settings, row: dict[str, Any]) -> bytes:
+    """The INST request (URBH + URBI with an ISN list) for one ``requests`` row of kind INST."""
+    rep = settings.replicator
+    return urb_requests.inst(row["initial_state"], int(row["dbid"]), int(row["fnr"]),
+                             isns=[int(i) for i in row["isns"]],
+                             rnam=row.get("reply_destination") or rep.reply_destination,
+                             rtok=row.get("token") or rep.request_token,
+                             ebcdic=rep.ebcdic, big_endian=rep.big_endian,
+                             codepage=rep.codepage)
+
+
+_LOGGED = {"TRAN": ("subscription", "destination", "epoch", "tsnr", "attempt",
+                    "idempotency_key"),
+           "INST": ("subscription", "destination", "epoch", "request_id", "initial_state",
+                    "dbid", "fnr", "idempotency_key")}
+
+
 def send_requests_and_alerts(settings: Settings, out: KafkaOut, requests: list[dict[str, Any]],
                              alerts: list[dict[str, Any]]) -> None:
     for row in requests:
-        key = row["idempotency_key"]
-        out.send(settings.topics.requests, row["subscription"], tran_request(settings, row),
-                 {"idempotency_key": key, "request": "TRAN"})
-        log.info(json.dumps({"event": "tran_request", **{k: row[k] for k in (
-            "subscription", "destination", "epoch", "tsnr", "attempt", "idempotency_key")}}))
+        key, kind = row["idempotency_key"], row.get("kind") or "TRAN"
+        try:
+            value = inst_request(settings, row) if kind == "INST" else tran_request(settings, row)
+        except ValueError as exc:  # the codec refused it: report, never stop the job
+            log.error(json.dumps({"event": "request_not_sent", "idempotency_key": key,
+                                  "request": kind, "reason": str(exc)}))
+            continue
+        out.send(settings.topics.requests, row["subscription"], value,
+                 {"idempotency_key": key, "request": kind})
+        log.info(json.dumps({"event": f"{kind.lower()}_request",
+                             **{k: row.get(k) for k in _LOGGED[kind]},
+                             **({"isn_count": len(row["isns"])} if kind == "INST" else {})}))
     for alert in alerts:
         if isinstance(alert.get("details"), str):  # a JSON string column in Delta
             alert = {**alert, "details": json.loads(alert["details"])}

@@ -46,9 +46,11 @@ SCHEMAS: dict[str, str] = {
     "alerts": (
         f"idempotency_key string, kind string, severity string, {_NAMES}, message string, "
         "at timestamp, at_ms bigint, details string"),
+    # kind 'TRAN' (tsnr, attempt, gap_id) or 'INST' (initial_state, dbid, fnr, isns, request_id)
     "requests": (
         f"{_NAMES}, tsnr bigint, token string, reply_destination string, attempt int, "
-        "gap_id string, requested_at timestamp, idempotency_key string"),
+        "gap_id string, requested_at timestamp, idempotency_key string, kind string, "
+        "initial_state string, dbid int, fnr int, isns array<bigint>, request_id string"),
     "quarantine": (
         f"source string, {_NAMES}, tsnr bigint, reason string, topic string, partition int, "
         "offset bigint, elem_index int, eye string, raw binary, fields_json string, "
