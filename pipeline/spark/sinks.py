@@ -1,9 +1,10 @@
 """foreachBatch sink: Delta tables exactly once, then requests and alerts to Kafka.
 
-Exactly once into Delta: every table write carries ``txnAppId`` (derived from the checkpoint's
-query id, so a lost checkpoint that restarts batch ids at 0 gets a new app id) and
-``txnVersion`` = batch id; Delta skips a write it has already committed for that pair, so a
-batch replayed after a crash lands nothing twice. The state function is deterministic, so the
+Exactly once into Delta: every append is tagged with the app id (derived from the checkpoint's
+query id, so a lost checkpoint that restarts batch ids at 0 gets a new app id) and the batch id,
+and skipped when the table's log shows that batch already landed (``pipeline.spark.ledger``;
+Delta's own txnAppId/txnVersion when the log cannot tell), so a batch replayed after a crash
+lands nothing twice. The state function is deterministic, so the
 replayed batch's rows are the ones that were (or were not) committed.
 
 Kafka sends come after the Delta commits and are at-least-once: a replay re-sends them, and
@@ -21,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Settings
+from pipeline.spark.ledger import CommitLedger
 from pipeline.spark.tables import BLOB_COLUMN, TABLES, json_schema, table_path
 from pipeline.urb import requests as urb_requests
 
@@ -46,9 +48,19 @@ def table_frame(batch: DataFrame, table: str, batch_id: int) -> DataFrame:
     return parsed.select(*cols, F.lit(batch_id).cast("bigint").alias("batch_id"))
 
 
-def _write_delta(frame: DataFrame, path: str, app_id: str, batch_id: int) -> None:
-    (frame.write.format("delta").mode("append")
-     .option("txnAppId", app_id).option("txnVersion", batch_id).save(path))
+def _write_delta(frame: DataFrame, path: str, app_id: str, batch_id: int,
+                 ledger: CommitLedger) -> None:
+    """Append once: skipped if the table's log shows this batch landed (``ledger``), else
+    tagged so a replay can tell; txnAppId/txnVersion only when the log cannot tell."""
+    landed = ledger.landed(path, batch_id)
+    if landed:
+        log.info("batch %s already in %s: skipped", batch_id, path)
+        return
+    writer = (frame.write.format("delta").mode("append")
+              .option("userMetadata", ledger.tag(batch_id)))
+    if landed is None:
+        writer = writer.option("txnAppId", app_id).option("txnVersion", batch_id)
+    writer.save(path)
 
 
 class KafkaOut:
@@ -136,42 +148,66 @@ def batch_writer(settings: Settings, app_id: str, on_batch: BatchCallback | None
                  ) -> Callable[[DataFrame, int], None]:
     """The foreachBatch function."""
     out = KafkaOut(settings)
+    ledgers: dict[int, CommitLedger] = {}  # one per Spark session (a restart makes a new one)
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         # foreachBatch re-runs the whole plan (including the state function) per action.
         started = time.monotonic()
+        clock = _PhaseClock(started)
         batch = batch.persist()
         try:
             counts = {r["table"]: r["count"] for r in batch.groupBy("table").count().collect()}
+            clock.lap("t_state_ms")  # Kafka read, decode and the state function run here
             # Tables are independent Delta logs: commit them concurrently (each is its own
             # Spark job), which hides most of the per-commit latency.
             with ThreadPoolExecutor(max_workers=_WRITERS) as pool:
+                session = batch.sparkSession
+                if id(session) not in ledgers:
+                    ledgers[id(session)] = CommitLedger(session, app_id)
+                ledger = ledgers[id(session)]
                 futures = [pool.submit(_write_delta, table_frame(batch, table, batch_id),
                                        table_path(settings, table), f"{app_id}-{table}",
-                                       batch_id)
+                                       batch_id, ledger)
                            for table in TABLES if counts.get(table)]
                 for future in futures:
                     future.result()
+            clock.lap("t_delta_ms")
             # issue 6 (typed tables): one call after the raw tables, only with conf layouts.
             if settings.layouts:
                 from pipeline.spark.typed import write_typed_tables
 
                 counts.update(write_typed_tables(batch.sparkSession, batch, batch_id, settings,
                                                  app_id))
+                clock.lap("t_typed_ms")
             requests = _collect(batch, "requests") if counts.get("requests") else []
             alerts = _collect(batch, "alerts") if counts.get("alerts") else []
             if requests or alerts:
                 send_requests_and_alerts(settings, out, requests, alerts)
+            clock.lap("t_kafka_ms")
             if on_latency is not None and counts.get("transactions"):
                 rows = table_frame(batch, "transactions", batch_id).select(
                     *_LATENCY_COLUMNS).collect()
                 on_latency(batch_id, rows)
+            clock.lap("t_latency_ms")
             if on_batch is not None:
-                on_batch(batch_id, counts, time.monotonic() - started)
+                on_batch(batch_id, {**counts, **clock.laps}, time.monotonic() - started)
         finally:
             batch.unpersist()
 
     return write_batch
+
+
+class _PhaseClock:
+    """Milliseconds per phase of one batch (metrics JSONL ``counts.t_*_ms``): where time goes."""
+
+    def __init__(self, started: float) -> None:
+        self._last = started
+        self.laps: dict[str, int] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.laps[name] = int((now - self._last) * 1000)
+        self._last = now
 
 
 def _collect(batch: DataFrame, table: str) -> list[dict[str, Any]]:
