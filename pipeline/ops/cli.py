@@ -26,7 +26,7 @@ INTERNAL_ERROR = 4
 EXIT_CODES = f"""exit codes:
   {errors.OK}  ok
   {errors.PROBLEMS}  found problems (open or unacknowledged gaps, an error reply or no reply,
-     quarantined messages pending or still failing)
+     quarantined messages pending or still failing, failed or overdue INST requests)
   {errors.USAGE}  usage or conf error
   {errors.UNREACHABLE}  broker or lake unreachable
   {INTERNAL_ERROR}  internal error (a bug: rerun with URBPIPE_DEBUG=1 and report it)"""
@@ -135,6 +135,21 @@ def cmd_gaps_ack(args: argparse.Namespace, settings: Settings) -> int:
     print(f"acknowledged {gap.ref} ({gap.state}, tsnr {gap.row['from_tsnr']}-"
           f"{gap.row['to_tsnr']}) by {args.by}")
     return errors.OK
+
+
+def cmd_initial_state_list(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.ops.initial_state_cmd import format_requests, load_requests
+    from pipeline.ops.lake import Lake
+
+    lake = Lake(settings)
+    lake.require()
+    found = load_requests(lake, args.since)
+    shown = found if args.all else [r for r in found if r.state != "completed"]
+    if args.json:
+        _print_json([r.as_dict() for r in shown])
+    else:
+        print(format_requests(shown))
+    return errors.PROBLEMS if any(r.is_problem for r in found) else errors.OK
 
 
 def cmd_quarantine_list(args: argparse.Namespace, settings: Settings) -> int:
@@ -257,7 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="urbpipe",
         description="Operate the Event Replicator → Kafka → Spark → Delta pipeline: status, "
-                    "requests to the replicator, gaps, quarantine, message dumps.",
+                    "requests to the replicator, gaps, initial-state requests, quarantine, "
+                    "message dumps.",
         epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _conf_option(parser, top=True)
     subs = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -296,6 +312,23 @@ def build_parser() -> argparse.ArgumentParser:
                         "EPOCH:TSNR when unambiguous)")
     p.add_argument("--by", required=True, help="who acknowledges")
     p.add_argument("--note", help="why, or what was done about the lost transactions")
+
+    inst = subs.add_parser("initial-state", help="INST requests and their replies",
+                           description="Initial-state (INST) requests: the ones the job sent "
+                                       "after a resend and the ones seen by their replies, "
+                                       "with their state (requested, started, completed, "
+                                       "failed, overdue). Failed and overdue ones are "
+                                       "problems.",
+                           epilog=EXIT_CODES,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    isub = inst.add_subparsers(dest="action", required=True, metavar="ACTION")
+    p = _sub(isub, "list", "INST requests not completed (--all: every one)",
+             "List INST requests by their latest state from the requests and alerts tables; "
+             "exit 1 when any failed or is overdue.", cmd_initial_state_list)
+    p.add_argument("--all", action="store_true", help="also completed requests")
+    p.add_argument("--since", type=parse_since, metavar="WHEN",
+                   help="only requests updated since WHEN (ISO time, or 30m, 2h, 1d ago)")
+    _json_option(p)
 
     quar = subs.add_parser("quarantine", help="list quarantined input, replay it after a fix",
                            description="Messages the job could not process.",

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from pipeline.ops.initial_state_cmd import current_requests
 from pipeline.reassembly import TransactionComplete, stck_to_datetime
 from pipeline.reassembly.config import InitialStateTarget
 from pipeline.reassembly.events import InitialStateRequested
@@ -102,6 +103,9 @@ def test_lost_transactions_converge_to_the_database_through_tran_and_inst(
     kinds = alert_kinds(h)
     assert kinds["initial_state_requested"] == kinds["initial_state_completed"] == len(requests)
     assert kinds["initial_state_failed"] == kinds["initial_state_overdue"] == 0
+    listed = current_requests(h.tables["requests"], h.tables["alerts"])  # urbpipe's view
+    assert [(r.request_id, r.state) for r in listed] == [
+        (q.request_id, "completed") for q in requests]
     model, db = current_model(h), database(h.replicator)
     assert unverified <= set(model)
     assert all(row["verified"] for row in model.values()), "every row verified in the end"
