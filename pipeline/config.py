@@ -191,6 +191,8 @@ class Gaps(_Model):
     hold_timeout_ms: int = Field(300_000, ge=1_000)
     duplicate_window: int = Field(1024, ge=16, le=1_000_000)
     max_buffered_bytes: int = Field(64 * 1024 * 1024, ge=65_536)
+    verdict_wait_ms: int = Field(300_000, ge=0)
+    clock_skew_ms: int = Field(5_000, ge=0)
 
 
 class InitialState(_Model):
@@ -251,14 +253,17 @@ class SparkSettings(_Model):
 TYPED_KEY_COLUMNS = frozenset({
     "subscription", "destination", "epoch", "tsnr", "rsnr", "dsnr", "isn", "record_type",
     "image_type", "commit_time", "origin", "batch_id", "deleted", "verified", "valid_from",
-    "valid_to", "dbid", "fnr"})
+    "valid_to", "is_current", "dbid", "fnr"})
 
 
 class Layout(_Model):
     """The record layout of one (subscription, dbid, fnr), written as a replicator format buffer.
 
-    It turns the file's URBD images into typed columns (``changes_<sub>_<fnr>`` and
-    ``current_<sub>_<fnr>``); the format buffer is parsed here so a bad one fails at start.
+    It turns the file's URBD images into typed columns (``changes_<sub>_<fnr>``,
+    ``current_<sub>_<fnr>``, with ``deletes: remove`` ``tombstones_<sub>_<fnr>``, with
+    ``history`` ``history_<sub>_<fnr>``); the format buffer is parsed here so a bad one fails
+    at start. ``tombstone_retention_days`` (None: for ever) bounds how long a removed ISN keeps
+    its delete's version: a change older than the delete arriving later than that revives it.
     """
 
     subscription: str
@@ -271,6 +276,7 @@ class Layout(_Model):
     groups: dict[str, str] = Field(default_factory=dict)
     empty: Literal["keep", "null"] = "keep"
     deletes: Literal["remove", "mark"] = "remove"
+    tombstone_retention_days: float | None = Field(30.0, gt=0)
     history: bool = False
     codepage: str | None = None
 

@@ -41,7 +41,9 @@ class ReassemblyConfig:
       still likely in the circular resend buffer); the older part is unrecoverable at once.
     - ``retry_*``/``max_retries``: after the first request round, up to ``max_retries`` more
       rounds, ``retry_initial_ms * retry_multiplier**n`` apart (capped at ``retry_max_ms``);
-      then the gap is unrecoverable.
+      then the gap is unrecoverable as soon as a processed message of the key was sent
+      (URBHTIME) more than ``clock_skew_ms`` after the last request — the resend would have
+      come before it — or at the latest ``verdict_wait_ms`` after the last round ran out.
     - ``partial_timeout_ms``: a partial transaction that sees no continuation for this long is
       declared lost (None: never; it is then only resolved by the next message).
     - ``duplicate_window``: how many recently landed tsnrs are remembered.
@@ -71,6 +73,8 @@ class ReassemblyConfig:
     reply_destination: str = ""
     request_token: str = ""
     unrecoverable_subcodes: frozenset[int] = DEFAULT_UNRECOVERABLE_SUBCODES
+    verdict_wait_ms: int = 300_000
+    clock_skew_ms: int = 5_000
     initial_states: tuple[InitialStateTarget, ...] = ()
     max_isns_per_request: int = 500
     initial_state_timeout_ms: int = 600_000
@@ -84,8 +88,9 @@ class ReassemblyConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
-        if self.max_retries < 0:
-            raise ValueError("max_retries must be >= 0")
+        for name in ("max_retries", "verdict_wait_ms", "clock_skew_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
         if self.retry_multiplier < 1.0:
             raise ValueError("retry_multiplier must be >= 1")
         if self.partial_timeout_ms is not None and self.partial_timeout_ms <= 0:

@@ -4,6 +4,12 @@ A ``Gap`` is a contiguous range of missing tsnrs in unwrapped positions. It only
 positions it can still ask for (at most ``max_requests_per_gap``), so its size is bounded.
 Every transition returns the event that describes it; the events carry the gap's running
 totals so table rows can be built from the events alone.
+
+Retry rounds run on processing time, but running out of them is no proof: a job lagging far
+behind its topic may not have read the resend yet, queued behind the lag. So the verdict
+"unrecoverable" waits for evidence — a processed message of the key sent (URBHTIME) after the
+last request (a resend travels the same topic and partition, so it would have come first) —
+or for ``verdict_wait_ms`` to pass (an idle subscription sends nothing to prove it).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from pipeline.reassembly.events import (
 )
 from pipeline.reassembly.sequence import to_tsnr
 
+TOD_TO_UNIX_MS = 2_208_988_800_000  # 1900-01-01 (the STCK epoch) to 1970-01-01
 TRSP_SUBCODES = {
     34: "no resend buffer for the subscription",
     35: "transaction not in the resend buffer",
@@ -43,6 +50,8 @@ class Gap:
     rounds: int = 0
     next_retry_ms: int | None = None
     hold_until_ms: int | None = None
+    last_request_ms: int | None = None  # when the last request round was sent
+    verdict_due_ms: int | None = None   # retries ran out: unrecoverable at the latest then
 
     @property
     def gap_id(self) -> str:
@@ -51,10 +60,11 @@ class Gap:
     def to_obj(self) -> list:
         return [self.epoch, self.from_u, self.to_u, self.missing, self.reason, self.opened_ms,
                 self.state, self.requests_sent, self.rounds, self.next_retry_ms,
-                self.hold_until_ms]
+                self.hold_until_ms, self.last_request_ms, self.verdict_due_ms]
 
     @classmethod
     def from_obj(cls, obj: list) -> Gap:
+        """From ``to_obj``; lists saved before a field was added leave it at its default."""
         return cls(*obj[:3], list(obj[3]), *obj[4:])
 
 
@@ -103,6 +113,7 @@ def request_round(gap: Gap, now_ms: int, config: ReassemblyConfig,
     gap.rounds += 1
     gap.requests_sent += len(gap.missing)
     gap.state = "requested"
+    gap.last_request_ms = now_ms
     gap.next_retry_ms = now_ms + config.backoff_ms(gap.rounds)
     return gap_event(
         GapRequested, gap, key, now_ms, tsnrs=tuple(to_tsnr(u) for u in gap.missing),
@@ -119,16 +130,47 @@ def fill(gap: Gap, u: int, now_ms: int, key: tuple[str, str]) -> GapEvent | None
     return gap_event(GapFilled, gap, key, now_ms, reason="")
 
 
-def retry_due(gap: Gap, now_ms: int, config: ReassemblyConfig,
-              key: tuple[str, str]) -> GapEvent | None:
-    """At a retry deadline: another request round, or unrecoverable when retries ran out."""
-    if gap.next_retry_ms is None or now_ms < gap.next_retry_ms:
+def retry_due(gap: Gap, now_ms: int, config: ReassemblyConfig, key: tuple[str, str],
+              newest_sent_ms: int | None = None) -> GapEvent | None:
+    """At a retry deadline another request round; once retries ran out, the verdict.
+
+    ``newest_sent_ms``: the newest URBHTIME (Unix ms) of the key's data messages processed.
+    """
+    if gap.next_retry_ms is not None and now_ms >= gap.next_retry_ms:
+        if gap.rounds <= config.max_retries:
+            return request_round(gap, now_ms, config, key)
+        gap.next_retry_ms = None
+        gap.verdict_due_ms = now_ms + config.verdict_wait_ms
+    return verdict(gap, now_ms, config, key, newest_sent_ms)
+
+
+def verdict(gap: Gap, now_ms: int, config: ReassemblyConfig, key: tuple[str, str],
+            newest_sent_ms: int | None) -> GapEvent | None:
+    """Retries ran out: unrecoverable once there is evidence, or at ``verdict_due_ms``."""
+    if gap.verdict_due_ms is None:
         return None
-    if gap.rounds <= config.max_retries:
-        return request_round(gap, now_ms, config, key)
-    gap.next_retry_ms = None
+    if sent_after_last_request(gap, newest_sent_ms, config):
+        why = "messages sent after the last request arrived without the missing ones"
+    elif now_ms >= gap.verdict_due_ms:
+        why = f"no message sent after the last request arrived in {config.verdict_wait_ms} ms"
+    else:
+        return None
+    gap.verdict_due_ms = None
     return gap_event(GapUnrecoverable, gap, key, now_ms,
-                     f"retries exhausted after {gap.rounds} request rounds")
+                     f"retries exhausted after {gap.rounds} request rounds; {why}")
+
+
+def sent_after_last_request(gap: Gap, newest_sent_ms: int | None,
+                            config: ReassemblyConfig) -> bool:
+    """Evidence: a message the replicator sent after our last request has been processed
+    (by more than ``clock_skew_ms``, as the replicator's clock is not the job's)."""
+    return (newest_sent_ms is not None and gap.last_request_ms is not None
+            and newest_sent_ms > gap.last_request_ms + config.clock_skew_ms)
+
+
+def stck_to_unix_ms(stck: int) -> int | None:
+    """A STCK value (URBHTIME) as Unix milliseconds; None when not set."""
+    return (stck >> 12) // 1000 - TOD_TO_UNIX_MS if stck else None
 
 
 def trsp_reason(tsnr: int, rsp: int, subcode: int) -> str:

@@ -77,6 +77,10 @@ class _Run:
     def message(self, msg: tuple[ElementRow, ...]) -> None:
         """One Kafka message: check how it continues the open transaction, then its elements."""
         first = msg[0]
+        if first.eye in DATA_EYES:  # evidence for gap verdicts: what the replicator sent since
+            sent = gaps.stck_to_unix_ms(first.urbhtime)
+            if sent is not None and (self.st.newest_sent_ms or 0) < sent:
+                self.st.newest_sent_ms = sent
         if self._repeated(first):
             self._duplicate(_tsnr_of(first), f"message {first.urbhmsnr} delivered again", first)
             return
@@ -484,7 +488,7 @@ class _Run:
         for gap in list(self.st.gaps):
             if gap.hold_until_ms is not None and self.now >= gap.hold_until_ms:
                 gap.hold_until_ms = None
-            event = gaps.retry_due(gap, self.now, self.config, self.key)
+            event = gaps.retry_due(gap, self.now, self.config, self.key, self.st.newest_sent_ms)
             if event is not None:
                 self.events.append(event)
                 if isinstance(event, GapUnrecoverable):
@@ -498,7 +502,8 @@ class _Run:
 
     def next_timeout(self) -> int | None:
         """The earliest pending deadline, strictly after now (Spark rejects anything else)."""
-        deadlines = [d for g in self.st.gaps for d in (g.next_retry_ms, g.hold_until_ms)
+        deadlines = [d for g in self.st.gaps
+                     for d in (g.next_retry_ms, g.hold_until_ms, g.verdict_due_ms)
                      if d is not None]
         deadlines += self.st.inst.deadlines()
         p, timeout = self.st.partial, self.config.partial_timeout_ms

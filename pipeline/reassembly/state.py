@@ -44,6 +44,7 @@ class KeyState:
     held: list[tuple[int, TransactionComplete]] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
     inst: InstState = field(default_factory=InstState)  # INST requests asked and tracked
+    newest_sent_ms: int | None = None  # newest URBHTIME (Unix ms) of the data messages seen
 
     def clone(self) -> KeyState:
         """A deep copy, so ``step`` never changes the state object it was given."""
@@ -69,6 +70,7 @@ class KeyState:
             "discard": self.discard, "gaps": [g.to_obj() for g in self.gaps],
             "held": [[u, _txn_obj(t, blob)] for u, t in self.held],
             "counters": self.counters, "inst": self.inst.to_obj(),
+            "sent_ms": self.newest_sent_ms,
         }
         text = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
         body = struct.pack(">I", len(text)) + text + bytes(blob)
@@ -91,6 +93,7 @@ class KeyState:
             held=[(u, _txn_from(t, blob)) for u, t in doc["held"]],
             counters=dict(doc["counters"]),
             inst=InstState.from_obj(doc.get("inst")),  # absent in states written before INST
+            newest_sent_ms=doc.get("sent_ms"),
         )
 
 

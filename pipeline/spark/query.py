@@ -32,6 +32,7 @@ def reassembly_config(settings: Settings) -> ReassemblyConfig:
         retry_initial_ms=g.retry_initial_ms, retry_multiplier=g.retry_multiplier,
         max_retries=g.max_retries, hold_timeout_ms=g.hold_timeout_ms,
         duplicate_window=g.duplicate_window, max_buffered_bytes=g.max_buffered_bytes,
+        verdict_wait_ms=g.verdict_wait_ms, clock_skew_ms=g.clock_skew_ms,
         reply_destination=settings.replicator.reply_destination,
         request_token=settings.replicator.request_token,
         initial_states=tuple(InitialStateTarget(s.name, s.initial_state, s.dbid, tuple(s.files))

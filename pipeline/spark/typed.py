@@ -1,4 +1,4 @@
-"""Typed tables per configured file: ``changes_<sub>_<fnr>`` and ``current_<sub>_<fnr>``.
+"""Typed tables per configured file: ``changes_``, ``current_``, ``tombstones_``, ``history_``.
 
 Runs inside foreachBatch after the raw tables are committed, from the same persisted batch:
 
@@ -10,12 +10,19 @@ Runs inside foreachBatch after the raw tables are committed, from the same persi
 2. Images of each configured file are decoded by ``pipeline.typed.decode_rows`` (mapInPandas,
    one PayloadDecoder per form per partition). Good rows append to the change table; images
    that do not match the layout append to ``quarantine`` (source ``payload``).
-3. The file's records become one change per ISN (newest version, see
-   ``pipeline.typed.versioning``), MERGEd into the current table under a version guard.
+3. The file's records become changes (action + the values of their own image), reduced to one
+   per ISN (the newest, see ``pipeline.typed.versioning``) and MERGEd into the current table
+   under a version guard. With ``deletes: remove`` a delete leaves a tombstone (its version) in
+   ``tombstones_<sub>_<fnr>``: the MERGE source drops changes a tombstone buries, a second
+   MERGE keeps the tombstones and purges those past ``tombstone_retention_days``.
+4. With ``history: true`` every version of the ISNs the batch touches is recomputed
+   (``pipeline.typed.history``) and MERGEd into ``history_<sub>_<fnr>`` (SCD type 2).
 
-Exactly once: appends carry txnAppId/txnVersion; the MERGE reads them from the session conf
+Exactly once: appends carry txnAppId/txnVersion; each MERGE reads them from the session conf
 (``spark.databricks.delta.write.txnAppId``/``txnVersion``), set just before and unset right
-after, never concurrently with another writer of this session.
+after, never concurrently with another writer of this session. A crash between two MERGEs of a
+batch is safe: the replay skips the committed ones, and the sources of the others give the same
+rows whatever the committed ones changed (see ``unburied``, ``history_source``).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from pipeline.spark.tables import BLOB_COLUMN, SCHEMAS, json_schema, table_path
 from pipeline.typed.decoding import ERROR_COLUMN, DecodeSpec, decode_rows
 
 if TYPE_CHECKING:
+    from delta.tables import DeltaMergeBuilder
     from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger("urbpipe.typed")
@@ -43,8 +51,16 @@ CHANGE_KEYS_DDL = (
 CURRENT_META_DDL = (
     "deleted boolean, verified boolean, subscription string, destination string, epoch int, "
     "tsnr bigint, rsnr bigint, commit_time timestamp, record_type string, origin string")
-_NEWER = ("struct(s.commit_time, s.epoch, s.tsnr, s.rsnr) > "
-          "struct(t.commit_time, t.epoch, t.tsnr, t.rsnr)")
+TOMBSTONE_DDL = (
+    "isn bigint, subscription string, destination string, epoch int, tsnr bigint, rsnr bigint, "
+    "commit_time timestamp, record_type string, origin string, batch_id bigint")
+INTERVAL_DDL = "valid_from timestamp, valid_to timestamp, is_current boolean"
+VERSION = ("commit_time", "epoch", "tsnr", "rsnr")
+#: Version, then the tie-breaks of ``pipeline.typed.versioning.order_key``.
+ORDER = (*VERSION, "destination", "verified")
+META = ("subscription", "destination", "epoch", "tsnr", "rsnr", "commit_time", "record_type",
+        "origin")
+_DAY_US = 86_400_000_000
 _created: set[str] = set()
 
 
@@ -62,6 +78,14 @@ def current_table(lay: Layout) -> str:
     return f"current_{lay.table_suffix()}"
 
 
+def tombstones_table(lay: Layout) -> str:
+    return f"tombstones_{lay.table_suffix()}"
+
+
+def history_table(lay: Layout) -> str:
+    return f"history_{lay.table_suffix()}"
+
+
 def change_ddl(lay: Layout) -> str:
     return f"{CHANGE_KEYS_DDL}, {spark_ddl(layout_from_conf(lay.layout_conf()))}, batch_id bigint"
 
@@ -71,14 +95,28 @@ def current_ddl(lay: Layout) -> str:
     return f"isn bigint, {values}, {CURRENT_META_DDL}, batch_id bigint"
 
 
+def history_ddl(lay: Layout) -> str:
+    values = spark_ddl(layout_from_conf(lay.layout_conf()))
+    return f"isn bigint, {values}, {INTERVAL_DDL}, {CURRENT_META_DDL}, batch_id bigint"
+
+
+def typed_tables(lay: Layout) -> list[tuple[str, str]]:
+    """(name, DDL) of every table a layout writes."""
+    tables = [(changes_table(lay), change_ddl(lay)), (current_table(lay), current_ddl(lay))]
+    if lay.deletes == "remove":
+        tables.append((tombstones_table(lay), TOMBSTONE_DDL))
+    if lay.history:
+        tables.append((history_table(lay), history_ddl(lay)))
+    return tables
+
+
 def ensure_typed_tables(spark: SparkSession, settings: Settings) -> None:
     """Create each layout's tables (empty) once per process, so analysts can query early."""
     from delta.tables import DeltaTable
     from pyspark.sql.types import StructType
 
     for lay in settings.layouts:
-        for name, ddl in ((changes_table(lay), change_ddl(lay)),
-                          (current_table(lay), current_ddl(lay))):
+        for name, ddl in typed_tables(lay):
             path = table_path(settings, name)
             if path in _created:
                 continue
@@ -165,47 +203,84 @@ def _quarantine_rows(bad: DataFrame, lay: Layout, batch_id: int) -> DataFrame:
                       F.lit(batch_id).cast("bigint").alias("batch_id"))
 
 
-def merge_source(recs: DataFrame, changes: DataFrame, values: list[str]) -> DataFrame:
-    """One change per ISN: the newest record's action, with the after image's values."""
+def _order(alias: str = "", verified: str | None = None) -> str:
+    """The order key of ``pipeline.typed.versioning.order_key`` as a comparable struct."""
+    pre = f"{alias}." if alias else ""
+    fields = [f"'{c}', {pre}{c}" for c in ORDER[:-1]]
+    fields.append(f"'verified', {verified or pre + 'verified'}")
+    return f"named_struct({', '.join(fields)})"
+
+
+def _newer(left: str, right: str, right_verified: str | None = None) -> str:
+    return f"{_order(left)} > {_order(right, right_verified)}"
+
+
+def _one_image_per_type(changes: DataFrame) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    after = (changes.where(F.col("image_type") == "A")
-             .select(*KEYS, "occ", "rsnr", *values, F.lit(True).alias("_has_after")))
-    rows = recs.join(after, [*KEYS, "occ", "rsnr"], "left")
+    last = Window.partitionBy(*KEYS, "occ", "rsnr", "image_type").orderBy(F.col("dsnr").desc())
+    return changes.withColumn("_n", F.row_number().over(last)).where("_n = 1")
+
+
+def record_changes(recs: DataFrame, changes: DataFrame, values: list[str]) -> DataFrame:
+    """One change per record of the file: its action and the values of its own image.
+
+    Upserts take the after image, deletes and unverifies the before image (null without a
+    decodable one), so a row depends on its change alone (``pipeline.typed.versioning``).
+    """
+    from pyspark.sql import functions as F
+
+    images = _one_image_per_type(changes)
+    image = F.struct(*[F.col(f"`{v}`") for v in values])
+    on = [*KEYS, "occ", "rsnr"]
+    after = images.where(F.col("image_type") == "A").select(*on, image.alias("_after"))
+    before = images.where(F.col("image_type") == "B").select(*on, image.alias("_before"))
+    rows = recs.join(after, on, "left").join(before, on, "left")
     action = (F.when(F.col("record_type") == "D", "delete")
-              .when(F.col("_has_after").isNotNull(), "upsert").otherwise("unverify"))
-    newest = Window.partitionBy("isn").orderBy(*[F.col(c).desc() for c in (
-        "commit_time", "epoch", "tsnr", "rsnr", "destination")])
-    return (rows.withColumn("action", action)
-            .withColumn("_n", F.row_number().over(newest)).where("_n = 1")
-            .select("isn", *values, "action", "subscription", "destination", "epoch", "tsnr",
-                    "rsnr", "commit_time", "record_type", "origin"))
+              .when(F.col("_after").isNotNull(), "upsert").otherwise("unverify"))
+    rows = rows.withColumn("action", action).withColumn(
+        "_image", F.when(F.col("action") == "upsert", F.col("_after")).otherwise(F.col("_before")))
+    return rows.select("isn", *[F.col(f"_image.`{v}`").alias(v) for v in values], "action",
+                       (F.col("action") != "unverify").alias("verified"), *META)
 
 
-def merge_current(spark: SparkSession, source: DataFrame, path: str, values: list[str],
-                  deletes: str, app_id: str, batch_id: int) -> None:
-    """The version-guarded MERGE (``pipeline.typed.versioning`` is its reference model)."""
-    from delta.tables import DeltaTable
+def merge_source(changes: DataFrame) -> DataFrame:
+    """One change per ISN, the newest by order key: MERGE takes one source row per target."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
 
-    meta = ["subscription", "destination", "epoch", "tsnr", "rsnr", "commit_time",
-            "record_type", "origin"]
-    stamp = {c: f"s.{c}" for c in meta} | {"batch_id": str(int(batch_id))}
-    merge = DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), "t.isn = s.isn")
-    if deletes == "remove":
-        merge = merge.whenMatchedDelete(f"s.action = 'delete' AND {_NEWER}")
-    merge = (merge
-             .whenMatchedUpdate(f"s.action = 'delete' AND {_NEWER}",
-                                set={**stamp, "deleted": "true", "verified": "true"})
-             .whenMatchedUpdate(f"s.action = 'unverify' AND {_NEWER}",
-                                set={**stamp, "deleted": "false", "verified": "false"})
-             .whenMatchedUpdate(f"s.action = 'upsert' AND {_NEWER}",
-                                set={**stamp, **{c: f"s.`{c}`" for c in values},
-                                     "deleted": "false", "verified": "true"}))
-    insert = {"isn": "s.isn", **stamp, **{c: f"s.`{c}`" for c in values},
-              "deleted": "s.action = 'delete'", "verified": "s.action != 'unverify'"}
-    merge = merge.whenNotMatchedInsert(
-        None if deletes == "mark" else "s.action != 'delete'", values=insert)
+    newest = Window.partitionBy("isn").orderBy(*[F.col(c).desc() for c in ORDER])
+    return changes.withColumn("_n", F.row_number().over(newest)).where("_n = 1").drop("_n")
+
+
+def unburied(spark: SparkSession, source: DataFrame, current_path: str,
+             tombstones_path: str) -> DataFrame:
+    """The changes that may still land with ``deletes: remove``.
+
+    Kept: newer than the ISN's tombstone (so a late older change never resurrects a removed
+    row) and not older than its current row. Why "not older" rather than "newer": the current
+    MERGE only moves a row to exactly its source change's version or removes it, so this set is
+    the same before and after that MERGE — the tombstone MERGE, and a replay after a crash
+    between the two, see the same changes.
+    """
+    from pyspark.sql import functions as F
+
+    tomb = (spark.read.format("delta").load(tombstones_path)
+            .select(F.col("isn").alias("_isn"), F.expr(_order(verified="true")).alias("_tomb")))
+    cur = (spark.read.format("delta").load(current_path)
+           .select(F.col("isn").alias("_isn"), F.expr(_order()).alias("_cur")))
+    key = F.expr(_order())
+    return (source.join(tomb, F.col("isn") == F.col("_isn"), "left").drop("_isn")
+            .join(cur, F.col("isn") == F.col("_isn"), "left").drop("_isn")
+            .where((F.col("_tomb").isNull() | (key > F.col("_tomb")))
+                   & (F.col("_cur").isNull() | (key >= F.col("_cur"))))
+            .drop("_tomb", "_cur"))
+
+
+def _execute_once(spark: SparkSession, merge: DeltaMergeBuilder, app_id: str,
+                  batch_id: int) -> None:
+    """Run a MERGE idempotently: Delta skips it if (app_id, batch_id) already committed."""
     spark.conf.set(_TXN_APP, app_id)
     spark.conf.set(_TXN_VERSION, str(batch_id))
     try:
@@ -215,22 +290,113 @@ def merge_current(spark: SparkSession, source: DataFrame, path: str, values: lis
         spark.conf.unset(_TXN_VERSION)
 
 
+def merge_current(spark: SparkSession, source: DataFrame, path: str, values: list[str],
+                  deletes: str, app_id: str, batch_id: int) -> None:
+    """The version-guarded MERGE (``pipeline.typed.versioning`` is its reference model)."""
+    from delta.tables import DeltaTable
+
+    row = {**{c: f"s.{c}" for c in META}, **{c: f"s.`{c}`" for c in values},
+           "deleted": "s.action = 'delete'", "verified": "s.verified",
+           "batch_id": str(int(batch_id))}
+    newer = _newer("s", "t")
+    merge = DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), "t.isn = s.isn")
+    if deletes == "remove":
+        merge = merge.whenMatchedDelete(f"s.action = 'delete' AND {newer}")
+    merge = (merge.whenMatchedUpdate(newer, set=row)
+             .whenNotMatchedInsert(None if deletes == "mark" else "s.action != 'delete'",
+                                   values={"isn": "s.isn", **row}))
+    _execute_once(spark, merge, app_id, batch_id)
+
+
+def merge_tombstones(spark: SparkSession, source: DataFrame, path: str, app_id: str,
+                     batch_id: int, horizon_us: int | None) -> None:
+    """Keep each removed ISN's delete version; drop it when a newer change revives the ISN.
+
+    ``source`` is ``unburied``'s. Tombstones the batch does not touch and committed before
+    ``horizon_us`` (µs since the epoch) are purged: the retention.
+    """
+    from delta.tables import DeltaTable
+
+    row = {"isn": "s.isn", **{c: f"s.{c}" for c in META}, "batch_id": str(int(batch_id))}
+    newer = _newer("s", "t", right_verified="true")
+    merge = (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), "t.isn = s.isn")
+             .whenMatchedDelete(f"s.action != 'delete' AND {newer}")
+             .whenMatchedUpdate(f"s.action = 'delete' AND {newer}", set=row)
+             .whenNotMatchedInsert("s.action = 'delete'", values=row))
+    if horizon_us is not None:
+        merge = merge.whenNotMatchedBySourceDelete(f"unix_micros(t.commit_time) < {horizon_us}")
+    _execute_once(spark, merge, app_id, batch_id)
+
+
+def history_source(spark: SparkSession, changes: DataFrame, path: str, values: list[str],
+                   batch_id: int) -> DataFrame:
+    """Every version of the ISNs the batch touches, with its interval (``pipeline.typed.history``).
+
+    The ISNs' existing history rows and the batch's changes, one row per version (the copy
+    with the greatest order key; an existing row wins a tie, so a duplicate rewrites nothing),
+    then valid_to/is_current from the next version. Rows of the batch carry ``_new = 1``.
+    Replays after a crash are skipped by the MERGE's txn id, so reading the table it writes is
+    safe.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    cols = ["isn", *values, *META, "deleted", "verified", "batch_id"]
+    new = (changes.withColumn("deleted", F.col("action") == "delete")
+           .withColumn("batch_id", F.lit(batch_id).cast("bigint"))
+           .select(*[F.col(f"`{c}`") for c in cols], F.lit(1).alias("_new")))
+    old = (spark.read.format("delta").load(path)
+           .join(new.select("isn").distinct(), "isn", "left_semi")
+           .select(*[F.col(f"`{c}`") for c in cols], F.lit(0).alias("_new")))
+    copies = Window.partitionBy("isn", *VERSION).orderBy(
+        F.col("destination").desc(), F.col("verified").desc(), F.col("_new").asc())
+    versions = Window.partitionBy("isn").orderBy(*VERSION)
+    return (old.unionByName(new)
+            .withColumn("_n", F.row_number().over(copies)).where("_n = 1").drop("_n")
+            .withColumn("valid_from", F.col("commit_time"))
+            .withColumn("valid_to", F.lead("commit_time").over(versions))
+            .withColumn("is_current", F.lead(F.lit(True)).over(versions).isNull()))
+
+
+def merge_history(spark: SparkSession, source: DataFrame, path: str, values: list[str],
+                  app_id: str, batch_id: int) -> None:
+    """Insert new versions; update rows whose interval or winning copy changed."""
+    from delta.tables import DeltaTable
+
+    same_version = " AND ".join(["t.isn = s.isn", *[f"t.{c} <=> s.{c}" for c in VERSION]])
+    row = {c: f"s.`{c}`" for c in ["isn", *values, *META, "deleted", "verified", "batch_id",
+                                   "valid_from", "valid_to", "is_current"]}
+    changed = "s._new = 1 OR NOT (t.valid_to <=> s.valid_to) OR t.is_current != s.is_current"
+    merge = (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), same_version)
+             .whenMatchedUpdate(changed, set=row)
+             .whenNotMatchedInsert(values=row))
+    _execute_once(spark, merge, app_id, batch_id)
+
+
 def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, settings: Settings,
                        app_id: str) -> dict[str, int]:
     """Land the typed tables of every configured layout for one batch; rows per table."""
     if not settings.layouts:
         return {}
+    from pyspark.sql import functions as F
+
     ensure_typed_tables(spark, settings)
     recs, imgs = joined_rows(batch, settings)
     recs = recs.persist()
     counts: dict[str, int] = {}
     try:
-        present = {(r["subscription"], r["dbid"], r["fnr"])
-                   for r in recs.select("subscription", "dbid", "fnr").distinct().collect()}
+        # the files present, with their newest commit time: the tombstones' retention horizon
+        newest = {(r["subscription"], r["dbid"], r["fnr"]): r["newest_us"] for r in (
+            recs.groupBy("subscription", "dbid", "fnr")
+            .agg(F.max(F.unix_micros("commit_time")).alias("newest_us")).collect())}
         for lay in settings.layouts:
-            if (lay.subscription, lay.dbid, lay.fnr) not in present:
+            key = (lay.subscription, lay.dbid, lay.fnr)
+            if key not in newest:
                 continue
-            counts.update(_write_file(spark, lay, settings, recs, imgs, batch_id, app_id))
+            horizon = (None if newest[key] is None or lay.tombstone_retention_days is None
+                       else newest[key] - int(lay.tombstone_retention_days * _DAY_US))
+            counts.update(_write_file(spark, lay, settings, recs, imgs, batch_id, app_id,
+                                      horizon))
     finally:
         recs.unpersist()
     if counts:
@@ -239,7 +405,9 @@ def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, set
 
 
 def _write_file(spark: SparkSession, lay: Layout, settings: Settings, recs: DataFrame,
-                imgs: DataFrame, batch_id: int, app_id: str) -> dict[str, int]:
+                imgs: DataFrame, batch_id: int, app_id: str,
+                horizon_us: int | None) -> dict[str, int]:
+    """One file's batch: decode and append its images, then MERGE its records."""
     from pyspark.sql import functions as F
 
     spec = decode_spec(settings, lay)
@@ -263,10 +431,28 @@ def _write_file(spark: SparkSession, lay: Layout, settings: Settings, recs: Data
         if n_bad:
             _append(_quarantine_rows(bad, lay, batch_id), table_path(settings, "quarantine"),
                     f"{app_id}-quarantine-{name}", batch_id)
-        source = merge_source(recs.where(mine), good, values)
-        cur = current_table(lay)
-        merge_current(spark, source, table_path(settings, cur), values, lay.deletes,
-                      f"{app_id}-{cur}", batch_id)
-        return {name: n_changes, cur: recs.where(mine).count(), f"quarantine_{name}": n_bad}
+        file_recs = recs.where(mine)
+        _merge_file(spark, lay, settings, record_changes(file_recs, good, values), values,
+                    batch_id, app_id, horizon_us)
+        return {name: n_changes, current_table(lay): file_recs.count(),
+                f"quarantine_{name}": n_bad}
     finally:
         decoded.unpersist()
+
+
+def _merge_file(spark: SparkSession, lay: Layout, settings: Settings, rows: DataFrame,
+                values: list[str], batch_id: int, app_id: str, horizon_us: int | None) -> None:
+    """The current table (with its tombstones) and the history, each MERGE exactly once."""
+    cur, tomb, hist = current_table(lay), tombstones_table(lay), history_table(lay)
+    source = merge_source(rows)
+    if lay.deletes == "remove":
+        source = unburied(spark, source, table_path(settings, cur), table_path(settings, tomb))
+    merge_current(spark, source, table_path(settings, cur), values, lay.deletes,
+                  f"{app_id}-{cur}", batch_id)
+    if lay.deletes == "remove":
+        merge_tombstones(spark, source, table_path(settings, tomb), f"{app_id}-{tomb}",
+                         batch_id, horizon_us)
+    if lay.history:
+        path = table_path(settings, hist)
+        merge_history(spark, history_source(spark, rows, path, values, batch_id), path, values,
+                      f"{app_id}-{hist}", batch_id)

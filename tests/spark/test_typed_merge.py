@@ -1,5 +1,6 @@
-"""Typed tables on hand-made batches (no Kafka): the version-guarded MERGE against the
-engine-free reference model (pipeline.typed.apply_batch), quarantine and idempotent replays."""
+"""Typed tables on hand-made batches (no Kafka): the version-guarded MERGE, the tombstones of
+``deletes: remove`` and the SCD type 2 history against the engine-free reference models
+(pipeline.typed.apply_batch, apply_history_batch), quarantine and idempotent replays."""
 
 from __future__ import annotations
 
@@ -14,14 +15,21 @@ from pipeline.payload import encode_payload, layout_from_conf
 from pipeline.spark.state_stage import OUTPUT_DDL, to_output
 from pipeline.spark.tables import ensure_tables, table_path
 from pipeline.spark.typed import write_typed_tables
-from pipeline.typed import action_of, apply_batch
+from pipeline.typed import action_of, apply_batch, apply_history_batch, tombstones, visible
 
 T0 = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 APP = "typed-test"
+VALUES = ["color", "code"]
+RETENTION = timedelta(days=1)
+SHOWN = ("color", "code", "deleted", "verified", "commit_time", "epoch", "tsnr", "rsnr",
+         "destination")
+INTERVAL = ("valid_from", "valid_to", "is_current")
 
 
 def _settings(base: Settings, lake: Path) -> Settings:
-    return base.model_copy(update={"stream": base.stream.model_copy(
+    layouts = [lay.model_copy(update={"history": True, "tombstone_retention_days": 1.0})
+               if lay.subscription == "COLOR" else lay for lay in base.layouts]
+    return base.model_copy(update={"layouts": layouts, "stream": base.stream.model_copy(
         update={"lake_dir": str(lake)})})
 
 
@@ -32,9 +40,9 @@ class Batch:
         lay = next(x for x in settings.layouts if x.subscription == "COLOR")
         self.layout = layout_from_conf(lay.layout_conf())
         self.tables: dict[str, list[dict]] = {"transactions": [], "records": [], "images": []}
-        self.changes: list[dict] = []  # what the reference model sees
+        self.changes: list[dict] = []  # what the reference models see
 
-    def tx(self, tsnr: int, sec: int, records: list[tuple], *, origin: str = "live",
+    def tx(self, tsnr: int, sec: float, records: list[tuple], *, origin: str = "live",
            epoch: int = 1, destination: str = "OUT1") -> Batch:
         """records: (isn, type, before (color, code) | None, after | None | b'raw')."""
         names = {"subscription": "COLOR", "destination": destination, "epoch": epoch,
@@ -53,12 +61,12 @@ class Batch:
                 self.tables["images"].append({**names, "rsnr": rsnr, "dsnr": dsnr,
                                               "image_type": t, "payload": payload, "acode": 0,
                                               "wcode": 0, "arc": 0})
-            good = isinstance(after, tuple)
+            action = action_of(typ, isinstance(after, tuple))
+            own = after if action == "upsert" else before  # a row shows its change's own image
             self.changes.append({
-                "isn": isn, "action": action_of(typ, good), "commit_time": commit.replace(
-                    tzinfo=None), "epoch": epoch, "tsnr": tsnr, "rsnr": rsnr,
-                "destination": destination, "color": after[0] if good else None,
-                "code": Decimal(after[1]) if good else None})
+                "isn": isn, "action": action, "commit_time": commit.replace(tzinfo=None),
+                "epoch": epoch, "tsnr": tsnr, "rsnr": rsnr, "destination": destination,
+                "color": own[0] if own else None, "code": Decimal(own[1]) if own else None})
         return self
 
     def frame(self, spark):
@@ -66,26 +74,37 @@ class Batch:
                                                 for k, v in self.tables.items()}), OUTPUT_DDL)
 
 
-def _current(spark, settings: Settings) -> dict[int, tuple]:
-    rows = spark.read.format("delta").load(table_path(settings, "current_color_4")).collect()
-    return {r.isn: (r.color, r.code, r.deleted, r.verified, r.tsnr) for r in rows}
+def _read(spark, settings: Settings, name: str) -> list:
+    return spark.read.format("delta").load(table_path(settings, name)).collect()
 
 
-def _model(state: dict[int, dict]) -> dict[int, tuple]:
-    return {isn: (r["color"], r["code"], r["deleted"], r["verified"], r["tsnr"])
-            for isn, r in state.items()}
+def _tables(spark, settings: Settings) -> dict[str, dict]:
+    """current, tombstones and history of COLOR/4, keyed like the models."""
+    current = {r.isn: tuple(r[c] for c in SHOWN) for r in _read(spark, settings,
+                                                                  "current_color_4")}
+    tomb = {r.isn: (r.commit_time, r.epoch, r.tsnr, r.rsnr)
+            for r in _read(spark, settings, "tombstones_color_4")}
+    history = {(r.isn, (r.commit_time, r.epoch, r.tsnr, r.rsnr)): tuple(r[c] for c in (
+        *SHOWN, *INTERVAL)) for r in _read(spark, settings, "history_color_4")}
+    return {"current": current, "tombstones": tomb, "history": history}
 
 
-@pytest.fixture(scope="module")
-def landed(spark, test_settings: Settings, tmp_path_factory: pytest.TempPathFactory):
-    settings = _settings(test_settings, tmp_path_factory.mktemp("typed") / "lake")
-    ensure_tables(spark, settings)
+def _model(state: dict[int, dict], history: dict) -> dict[str, dict]:
+    return {"current": {i: tuple(r[c] for c in SHOWN)
+                        for i, r in visible(state, "remove").items()},
+            "tombstones": tombstones(state, "remove"),
+            "history": {k: tuple(r[c] for c in (*SHOWN, *INTERVAL))
+                        for k, r in history.items()}}
+
+
+def _batches(settings: Settings) -> list[Batch]:
     first = (Batch(settings)
              .tx(1, 10, [(1, "I", None, ("RED", 1)), (2, "I", None, ("BLUE", -2)),
-                         (3, "I", None, ("GREEN", 3))])
+                         (3, "I", None, ("GREEN", 3)), (6, "I", None, ("GOLD", 6))])
              .tx(2, 20, [(1, "U", ("RED", 1), ("PINK", 11))])
-             # two changes of ISN 1 in one batch, and a delete
-             .tx(3, 30, [(1, "U", ("PINK", 11), ("BLACK", -111)), (3, "D", ("GREEN", 3), None)])
+             # two changes of ISN 1 in one batch, and deletes
+             .tx(3, 30, [(1, "U", ("PINK", 11), ("BLACK", -111)), (3, "D", ("GREEN", 3), None),
+                         (6, "D", ("GOLD", 6), None)])
              # initial state racing the live updates: two tsnr-0 pseudo-transactions
              .tx(0, 25, [(1, "R", None, ("INIT1", 0)), (2, "R", None, ("INIT2", 22))],
                  origin="initial_state")
@@ -93,47 +112,122 @@ def landed(spark, test_settings: Settings, tmp_path_factory: pytest.TempPathFact
              # an after image that does not match the layout
              .tx(6, 31, [(5, "I", None, b"\x00" * 5)]))
     second = (Batch(settings)
-              .tx(4, 15, [(2, "U", ("BLUE", -2), ("LATE", 99))])          # late
-              .tx(1, 10, [(1, "I", None, ("RED", 1))], destination="OUT1")  # duplicate
-              .tx(5, 40, [(4, "U", ("INIT4", -4), None)], origin="resend"))  # before only
-    counts = [write_typed_tables(spark, first.frame(spark), 0, settings, APP),
-              write_typed_tables(spark, second.frame(spark), 1, settings, APP)]
-    after_two = _current(spark, settings)
-    # replay batch 1 (crash after commit), and batch 0 with other content: both skipped
-    write_typed_tables(spark, second.frame(spark), 1, settings, APP)
-    write_typed_tables(spark, second.frame(spark), 0, settings, APP)
-    return settings, first, second, counts, after_two
+              .tx(4, 15, [(2, "U", ("BLUE", -2), ("LATE", 99))])           # late: splits
+              .tx(1, 10, [(1, "I", None, ("RED", 1))], destination="OUT1")   # duplicate
+              .tx(5, 40, [(4, "U", ("INIT4", -4), None)], origin="resend")  # before only
+              # late, older than the delete of ISN 3: the tombstone keeps it buried
+              .tx(7, 28, [(3, "U", ("GREEN", 3), ("ZOMBIE", 7))]))
+    # two days on: the tombstone of ISN 6 (untouched) is purged; ISN 3's delete is re-sent by
+    # another destination in the same batch, so its tombstone is rewritten and kept
+    third = (Batch(settings)
+             .tx(8, 2 * 86_400, [(2, "U", ("LATE", 99), ("NEXT", 8))])
+             .tx(3, 30, [(1, "U", ("PINK", 11), ("BLACK", -111)),
+                         (3, "D", ("GREEN", 3), None)], destination="OUT2"))
+    return [first, second, third]
 
 
-def test_current_state_equals_the_reference_model(spark, landed) -> None:
-    _, first, second, _, after_two = landed
-    state = apply_batch({}, first.changes, ["color", "code"], "remove")
-    expect_first = _model(state)
-    state = apply_batch(state, second.changes, ["color", "code"], "remove")
-    assert after_two == _model(state)
-    assert expect_first[1][0] == "BLACK" and 3 not in expect_first  # sanity of the model
-    assert after_two[1] == ("BLACK", Decimal(-111), False, True, 3)   # newest of two in a batch
-    assert after_two[2] == ("INIT2", Decimal(22), False, True, 0)    # initial state > older live
-    assert 3 not in after_two                                        # delete removes
-    assert after_two[4] == ("INIT4", Decimal(-4), False, False, 5)   # resend: unverified
-    assert after_two[5] == (None, None, False, False, 6)            # bad image: unverified
+@pytest.fixture(scope="module")
+def landed(spark, test_settings: Settings, tmp_path_factory: pytest.TempPathFactory):
+    settings = _settings(test_settings, tmp_path_factory.mktemp("typed") / "lake")
+    ensure_tables(spark, settings)
+    batches = _batches(settings)
+    counts, after = [], []
+    for batch_id, batch in enumerate(batches):
+        counts.append(write_typed_tables(spark, batch.frame(spark), batch_id, settings, APP))
+        after.append(_tables(spark, settings))
+    # replay batch 2 (crash after commit), and batch 0 with other content: both skipped
+    write_typed_tables(spark, batches[2].frame(spark), 2, settings, APP)
+    write_typed_tables(spark, batches[1].frame(spark), 0, settings, APP)
+    return settings, batches, counts, after
+
+
+def test_tables_equal_the_reference_models_after_every_batch(spark, landed) -> None:
+    _, batches, _, after = landed
+    state: dict[int, dict] = {}
+    history: dict = {}
+    for batch, got in zip(batches, after, strict=True):
+        state = apply_batch(state, batch.changes, VALUES, "remove", RETENTION)
+        history = apply_history_batch(history, batch.changes, VALUES)
+        assert got == _model(state, history)
+
+
+def test_current_state_rules(spark, landed) -> None:
+    current = landed[3][1]["current"]
+    assert current[1][:4] == ("BLACK", Decimal(-111), False, True)  # newest of two in a batch
+    assert current[2][:4] == ("INIT2", Decimal(22), False, True)    # initial state > older live
+    assert 3 not in current and 6 not in current                   # deletes remove
+    assert current[4][:4] == ("INIT4", Decimal(-4), False, False)   # resend: unverified
+    assert current[5][:4] == (None, None, False, False)             # bad image: unverified
+
+
+def test_tombstones_bury_late_changes_until_their_retention(spark, landed) -> None:
+    settings, _, _, after = landed
+    assert set(after[1]["tombstones"]) == {3, 6}
+    assert "ZOMBIE" not in {row[0] for row in after[1]["current"].values()}
+    assert set(after[2]["tombstones"]) == {3}, "ISN 6 purged, ISN 3 rewritten and kept"
+    assert [r.destination for r in _read(spark, settings, "tombstones_color_4")] == ["OUT2"]
+
+
+def test_history_splits_intervals_for_late_changes(spark, landed) -> None:
+    history = landed[3][2]["history"]
+    isn2 = sorted((k[1], v) for k, v in history.items() if k[0] == 2)
+    colors = [(v[0], v[-1]) for _, v in isn2]
+    assert colors == [("BLUE", False), ("LATE", False), ("INIT2", False), ("NEXT", True)]
+    # the late change at 15 s split BLUE's interval [10 s, 25 s)
+    split = (T0 + timedelta(seconds=15)).replace(tzinfo=None)
+    assert isn2[0][1][-2] == isn2[1][1][-3] == split
+    deleted = [v for k, v in history.items() if k[0] == 3 and v[2]]
+    assert len(deleted) == 1 and deleted[0][0] == "GREEN" and deleted[0][-1]
 
 
 def test_replays_are_idempotent(spark, landed) -> None:
-    settings, first, second, counts, after_two = landed
-    assert _current(spark, settings) == after_two
+    settings, batches, counts, after = landed
+    assert _tables(spark, settings) == after[-1]
     changes = spark.read.format("delta").load(table_path(settings, "changes_color_4"))
-    good = [i for b in (first, second) for i in b.tables["images"]
-            if i["payload"] != b"\x00" * 5]
+    good = [i for b in batches for i in b.tables["images"] if i["payload"] != b"\x00" * 5]
     assert changes.count() == len(good)
-    assert counts[0]["changes_color_4"] + counts[1]["changes_color_4"] == len(good)
+    assert sum(c["changes_color_4"] for c in counts) == len(good)
 
 
 def test_bad_image_is_quarantined_and_initial_state_rows_keep_their_isn(spark, landed) -> None:
     settings = landed[0]
-    q = spark.read.format("delta").load(table_path(settings, "quarantine")).collect()
+    q = _read(spark, settings, "quarantine")
     assert [(r.source, r.tsnr, bytes(r.raw)) for r in q] == [("payload", 6, b"\x00" * 5)]
     assert "layout COLOR/10006/4" in q[0].reason
     changes = spark.read.format("delta").load(table_path(settings, "changes_color_4"))
     init = {(r.isn, r.color) for r in changes.where("tsnr = 0").collect()}
     assert init == {(1, "INIT1"), (2, "INIT2"), (4, "INIT4")}
+
+
+def test_a_crash_between_the_merges_is_repaired_by_the_replay(
+        spark, test_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The current MERGE of a batch commits, the job dies before the tombstone and history
+    MERGEs; the replay of that batch (same id) must land exactly what one clean run lands."""
+    import pipeline.spark.typed as typed
+
+    settings = _settings(test_settings, tmp_path / "lake")
+    ensure_tables(spark, settings)
+    first = (Batch(settings).tx(1, 10, [(1, "I", None, ("RED", 1)), (2, "I", None, ("BLUE", 2)),
+                                        (3, "I", None, ("GOLD", 3))])
+             .tx(2, 15, [(3, "D", ("GOLD", 3), None)]))
+    # deletes ISN 1, updates ISN 2, revives ISN 3 (its tombstone must go)
+    second = Batch(settings).tx(3, 20, [(1, "D", ("RED", 1), None),
+                                        (2, "U", ("BLUE", 2), ("PINK", 3)),
+                                        (3, "I", None, ("BACK", 4))])
+    write_typed_tables(spark, first.frame(spark), 0, settings, APP)
+
+    def crash(*_args, **_kwargs) -> None:
+        raise RuntimeError("killed between the MERGEs")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(typed, "merge_tombstones", crash)
+        with pytest.raises(RuntimeError):
+            write_typed_tables(spark, second.frame(spark), 1, settings, APP)
+    assert 1 not in _tables(spark, settings)["current"], "the current MERGE did commit"
+    write_typed_tables(spark, second.frame(spark), 1, settings, APP)
+    state = apply_batch(apply_batch({}, first.changes, VALUES, "remove"), second.changes,
+                        VALUES, "remove")
+    history = apply_history_batch(apply_history_batch({}, first.changes, VALUES),
+                                  second.changes, VALUES)
+    assert _tables(spark, settings) == _model(state, history)
+    assert set(tombstones(state, "remove")) == {1}
