@@ -139,7 +139,8 @@ def apply_batch(state: Mapping[int, Row], changes: Iterable[Row], values: Iterab
     if deletes == "remove" and retention is not None:
         horizon = purge_horizon(batch, retention)
         for isn in [i for i, r in out.items() if r["deleted"] and i not in applied]:
-            if horizon is not None and version_of(out[isn])[0] < horizon:
+            stamp = out[isn]["commit_time"]
+            if horizon is not None and stamp is not None and stamp < horizon:
                 del out[isn]
     return out
 
