@@ -178,6 +178,11 @@ def batch_writer(settings: Settings, app_id: str, on_batch: BatchCallback | None
 
                 counts.update(write_typed_tables(batch.sparkSession, batch, batch_id, settings,
                                                  app_id))
+            if counts.get("status_events"):  # issue 6.6: utility/lifecycle events, after typed
+                from pipeline.spark.lifecycle import apply_lifecycle
+
+                counts.update(apply_lifecycle(batch.sparkSession, batch, batch_id, settings,
+                                              app_id))
                 clock.lap("t_typed_ms")
             requests = _collect(batch, "requests") if counts.get("requests") else []
             alerts = _collect(batch, "alerts") if counts.get("alerts") else []

@@ -58,6 +58,19 @@ SCHEMAS: dict[str, str] = {
     "duplicates": (
         f"{_NAMES}, tsnr bigint, reason string, topic string, partition int, offset bigint, "
         "dropped_at timestamp"),
+    # Utility/lifecycle events replayed on the typed tables (pipeline/spark/lifecycle.py): one
+    # row per (status event, typed table it concerns), or one with no table when none does.
+    "schema_events": (
+        "event_id string, subscription string, destination string, st string, dbid int, "
+        "fnr int, utility_type int, utility string, detail_json string, action string, "
+        "target_table string, result string, reason string, at timestamp, "
+        "received_at timestamp, seq int"),
+    # Per file status transitions (active/stale/dropped); a file's status is its row with the
+    # greatest version. stale_kinds: comma-separated (load, lost, restore …).
+    "file_status": (
+        "dbid int, fnr int, status string, stale_kinds string, reason string, since timestamp, "
+        "file_name string, version bigint, event_id string, st string, action string, "
+        "run_id string, updated_at timestamp, seq int"),
 }
 BLOB_COLUMN = {"images": "payload", "status_events": "data", "quarantine": "raw"}
 TABLES = tuple(SCHEMAS)

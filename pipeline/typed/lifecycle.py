@@ -311,6 +311,38 @@ def widen_plan(event: LifecycleEvent, layout_conf: Mapping[str, Any]) -> WidenPl
     return WidenPlan(spec.column, old, new)
 
 
+def widen_decision(event: LifecycleEvent, layout_conf: Mapping[str, Any],
+                   ) -> tuple[str, str | None]:
+    """(result, stale kind or None) of a changed field length/format for one layout.
+
+    The tables never change type on the event itself: the typed writer appends what the
+    configured layout decodes, and Delta refuses an append whose column is narrower than the
+    table's. A field that now holds more than the layout reads makes the file stale (values
+    may be cut or refused by the subscription's format buffer) until the layout is changed;
+    the tables then follow the layout (``pipeline.spark.lifecycle.reconcile_tables``).
+    """
+    plan = widen_plan(event, layout_conf)
+    if plan is None:
+        return f"recorded: field {event.fieldname!r} is not in the layout", None
+    if plan.new_type is None:
+        return f"not applied: {plan.problem}", "layout"
+    spec = _field(layout_from_conf(layout_conf), event.fieldname)
+    assert spec is not None  # widen_plan found it
+    new_length = int(event.detail.get("newlength") or spec.length)
+    new_format = str(event.detail.get("newformat") or spec.format).strip() or spec.format
+    if widening(plan.old_type, plan.new_type) == "same" and new_length <= spec.length \
+            and new_format == spec.format:
+        return f"no change: {plan.column} stays {plan.old_type}", None
+    verdict = widening(plan.old_type, plan.new_type)
+    then = {"widen": f"the tables widen {plan.column} to {plan.new_type} with it",
+            "same": f"{plan.column} stays {plan.old_type}",
+            "incompatible": f"{plan.column} {plan.old_type} cannot become {plan.new_type} in "
+                            "place: new tables are needed"}[verdict]
+    return (f"layout review: {event.fieldname} is now {new_length} {new_format}, the layout "
+            f"reads {spec.length} {spec.format}; change the format buffer and the layout "
+            f"({then})", "layout")
+
+
 def _field(layout: RecordLayout, name: str) -> FieldSpec | None:
     for item in layout.items:
         if isinstance(item, FieldSpec) and item.name == name:

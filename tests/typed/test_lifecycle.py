@@ -24,6 +24,7 @@ from pipeline.typed.lifecycle import (
     replay,
     targets,
     transition,
+    widen_decision,
     widen_plan,
     widening,
 )
@@ -171,6 +172,23 @@ def test_widen_plan_for_packed_binary_and_alpha_fields() -> None:
     assert plan(fieldname="ZZ", newlength=9) is None, "a field outside the layout"
     bad = plan(fieldname="AH", newlength=20)
     assert bad.new_type is None and "length 20" in bad.problem, "P holds at most 15 bytes"
+
+
+def test_a_longer_field_makes_the_file_stale_until_the_layout_changes() -> None:
+    result, stale = widen_decision(auti(0x41, fieldname="AS", newlength=7), EMPLOYEE)
+    assert stale == "layout" and "AS is now 7 P, the layout reads 5 P" in result
+    assert "widen salary to decimal(13,2)" in result
+    result, stale = widen_decision(auti(0x41, fieldname="AA", newlength=40), EMPLOYEE)
+    assert stale == "layout", "alpha values longer than the layout's 8 bytes get cut"
+    result, stale = widen_decision(auti(0x5C, fieldname="AA", newformat="P"), EMPLOYEE)
+    assert stale == "layout" and "string cannot become decimal(15,0)" in result
+
+
+def test_a_field_change_the_layout_already_covers_is_recorded_only() -> None:
+    assert widen_decision(auti(0x41, fieldname="AA", newlength=6), EMPLOYEE) == (
+        "no change: personnel_id stays string", None)
+    result, stale = widen_decision(auti(0x41, fieldname="ZZ", newlength=6), EMPLOYEE)
+    assert stale is None and "not in the layout" in result
 
 
 @pytest.mark.parametrize(("old", "new", "verdict"), [

@@ -1,0 +1,302 @@
+"""Utility and lifecycle events applied to the typed tables, inside foreachBatch (issue 6.6).
+
+Runs after the raw and typed tables of a batch are committed, only when the batch landed
+status events. ``pipeline.typed.lifecycle`` reads each status (URBS AUTI + URBSU, LODS/LODE,
+SAVS/SAVE, RESS/RESE, RPLS/RPLE, LOST, DEAC/REAC, REFR) into an action; here it meets Delta:
+
+* truncate (refresh/define file): ``DELETE`` from ``current_<sub>_<fnr>`` of the rows whose
+  version (commit_time) is older than the utility's commit time (URBSTTIM). Running after the
+  batch's MERGE, this keeps the changes of the same batch that came after the refresh.
+* add columns (add new fields, write FDT): layout columns the tables lack, via
+  ``ALTER TABLE … ADD COLUMNS`` (Delta schema evolution); the change table is append-only
+  history and is never truncated.
+* widen (changed field length/format): ``ALTER COLUMN … TYPE`` under Delta type widening when
+  the new type holds every old value; otherwise the file becomes stale (kind ``layout``).
+* drop, stale, clear, rename: the file's status in ``file_status`` and in the current table's
+  properties (``urbpipe.file_status``, ``…_since``, ``…_reason``).
+* every event (and its result) is a row in ``schema_events``.
+
+Exactly once: the DELETE carries txnAppId/txnVersion (one app id per table and delete in the
+batch), ALTERs compare with the table's schema first, appends carry txnAppId/txnVersion, and the
+previous file status is read without this batch's own rows, so a replayed batch recomputes the
+same transitions and Delta skips what it already committed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from pipeline.config import Settings
+from pipeline.spark.tables import SCHEMAS, table_path
+from pipeline.typed.lifecycle import (
+    LIFECYCLE_STATUSES,
+    Action,
+    FileState,
+    FileStatus,
+    LifecycleEvent,
+    Target,
+    files_of,
+    interpret,
+    replay,
+    targets,
+    widen_decision,
+    widening,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("urbpipe.lifecycle")
+_TXN_APP = "spark.databricks.delta.write.txnAppId"
+_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_TIMES = ("time", "commit_time", "received_at")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What applying one event to one table did; ``stale`` marks the file stale for it."""
+
+    table: str | None
+    result: str
+    stale: str | None = None
+
+
+def apply_lifecycle(spark: SparkSession, batch: DataFrame, batch_id: int, settings: Settings,
+                    app_id: str) -> dict[str, int]:
+    """Replay the batch's lifecycle statuses on the typed tables; rows written per table."""
+    rows = _status_rows(batch, batch_id)
+    if not rows:
+        return {}
+    layouts = [Target(lay.subscription, lay.dbid, lay.fnr, lay.layout_conf())
+               for lay in settings.layouts]
+    events = [e for row in rows if (e := interpret(row, _big_endian(settings, row))) is not None]
+    if settings.layouts:
+        from pipeline.spark.typed import ensure_typed_tables
+
+        ensure_typed_tables(spark, settings)
+    applier = _Applier(spark, settings, app_id, batch_id)
+    previous = _previous_status(spark, settings, app_id, batch_id)
+    event_rows: list[dict[str, Any]] = []
+    steps: list[tuple[LifecycleEvent, tuple[int, int], str | None]] = []
+    for event in events:
+        outcomes = [applier.apply(event, t) for t in targets(event, layouts)] or [
+            Outcome(None, "recorded: no typed tables for this file")]
+        event_rows += [_event_row(event, o, len(event_rows) + i) for i, o in enumerate(outcomes)]
+        stale = next((o.stale for o in outcomes if o.stale), None)
+        steps += [(event, key, stale) for key in files_of(event, layouts)]
+    statuses = replay(previous, steps)
+    status_rows = [_status_row(s, e, app_id, i) for i, (s, (e, _, _)) in enumerate(
+        zip(statuses, steps, strict=True))]
+    _append(spark, event_rows, "schema_events", settings, app_id, batch_id)
+    _append(spark, status_rows, "file_status", settings, app_id, batch_id)
+    applier.label_tables(statuses, layouts)
+    log.info("lifecycle batch %s: %s events, %s file transitions", batch_id, len(event_rows),
+             len(status_rows))
+    return {"schema_events": len(event_rows), "file_status": len(status_rows)}
+
+
+# ------------------------------------------------------------------------- reading
+def _status_rows(batch: DataFrame, batch_id: int) -> list[dict[str, Any]]:
+    """This batch's lifecycle statuses, in the order they happened."""
+    from pyspark.sql import functions as F
+
+    from pipeline.spark.sinks import table_frame
+
+    frame = table_frame(batch, "status_events", batch_id).where(
+        F.col("st").isin(*sorted(LIFECYCLE_STATUSES)))
+    # Times as UTC microseconds: collect() would give naive datetimes in the driver's zone.
+    frame = frame.select("*", *[F.unix_micros(c).alias(f"_{c}_us") for c in _TIMES])
+    rows = [{**r.asDict(), **{c: _utc(r[f"_{c}_us"]) for c in _TIMES}} for r in frame.collect()]
+    return sorted(rows, key=lambda r: (r["time"] or r["received_at"] or _EPOCH, r["topic"] or "",
+                                       r["partition"] or 0, r["offset"] or 0,
+                                       r["elem_index"] or 0, r["destination"] or ""))
+
+
+def _big_endian(settings: Settings, row: Mapping[str, Any]) -> bool | None:
+    """EBCDIC subscriptions come from a mainframe (big endian); ASCII ones are inferred."""
+    sub = next((s for s in settings.subscriptions if s.name == row.get("subscription")), None)
+    return True if sub is not None and sub.ebcdic else None
+
+
+def _previous_status(spark: SparkSession, settings: Settings, app_id: str,
+                     batch_id: int) -> dict[tuple[int, int], FileStatus]:
+    """Each file's latest status, leaving out rows this very batch wrote before a crash."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    frame = (spark.read.format("delta").load(table_path(settings, "file_status"))
+             .where(~((F.col("run_id") == app_id) & (F.col("batch_id") >= batch_id))))
+    latest = Window.partitionBy("dbid", "fnr").orderBy(F.col("version").desc())
+    rows = (frame.withColumn("_n", F.row_number().over(latest)).where("_n = 1")
+            .withColumn("since_us", F.unix_micros("since")).collect())
+    return {(r.dbid, r.fnr): FileStatus(
+        r.dbid, r.fnr, FileState(r.status),
+        tuple(k for k in (r.stale_kinds or "").split(",") if k), r.reason or "",
+        _utc(r.since_us), r.file_name or "", r.version) for r in rows}
+
+
+def _utc(micros: int | None) -> datetime | None:
+    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
+
+
+# ------------------------------------------------------------------------- applying
+class _Applier:
+    """Applies one event to one target's tables; remembers deletes per table in the batch."""
+
+    def __init__(self, spark: SparkSession, settings: Settings, app_id: str,
+                 batch_id: int) -> None:
+        self._spark = spark
+        self._settings = settings
+        self._app_id = app_id
+        self._batch_id = batch_id
+        self._deletes: dict[str, int] = {}
+
+    def apply(self, event: LifecycleEvent, target: Target) -> Outcome:
+        current = f"current_{target.suffix}"
+        if event.action is Action.TRUNCATE:
+            return Outcome(current, self._truncate(current, event.at))
+        if event.action is Action.ADD_COLUMNS:
+            return self._add_columns(target)
+        if event.action is Action.WIDEN:
+            return self._widen(event, target)
+        return Outcome(current, f"{event.action}: file status" if event.action is not
+                       Action.RECORD else "recorded")
+
+    def _path(self, table: str) -> str:
+        return table_path(self._settings, table)
+
+    def _truncate(self, table: str, cutoff: datetime | None) -> str:
+        if cutoff is None:
+            return "not applied: the status carries no time to cut at"
+        n = self._deletes.get(table, 0)
+        self._deletes[table] = n + 1
+        micros = (cutoff - _EPOCH) // timedelta(microseconds=1)
+        sql = (f"DELETE FROM delta.`{self._path(table)}` "
+               f"WHERE commit_time < timestamp_micros({micros})")
+        with _txn(self._spark, f"{self._app_id}-lifecycle-{table}-{n}", self._batch_id):
+            result = self._spark.sql(sql).collect()
+        deleted = result[0][0] if result and result[0][0] is not None else 0
+        return f"deleted {deleted} rows older than {cutoff.isoformat()}"
+
+    def _add_columns(self, target: Target) -> Outcome:
+        changed = reconcile_target(self._spark, self._settings, target)
+        current = f"current_{target.suffix}"
+        if changed:
+            return Outcome(current, f"tables follow the layout: {'; '.join(changed)}")
+        return Outcome(current, "no layout field lacks a column: the added fields land once "
+                       "the layout names them")
+
+    def _widen(self, event: LifecycleEvent, target: Target) -> Outcome:
+        result, stale = widen_decision(event, target.layout_conf)
+        return Outcome(f"current_{target.suffix}", result, stale)
+
+    def label_tables(self, statuses: Sequence[FileStatus], layouts: Sequence[Target]) -> None:
+        """The last status of each file, on its current tables' properties for analysts."""
+        last = {(s.dbid, s.fnr): s for s in statuses}
+        for t in layouts:
+            s = last.get((t.dbid, t.fnr))
+            if s is None:
+                continue
+            props = {"urbpipe.file_status": s.status, "urbpipe.file_status_reason": s.reason,
+                     "urbpipe.file_status_since": s.since.isoformat() if s.since else ""}
+            text = ", ".join(f"'{k}' = {_sql_string(v)}" for k, v in props.items())
+            self._spark.sql(f"ALTER TABLE delta.`{self._path(f'current_{t.suffix}')}` "
+                            f"SET TBLPROPERTIES ({text})")
+
+
+# ------------------------------------------------------------------------- layout → tables
+def reconcile_target(spark: SparkSession, settings: Settings, target: Target) -> list[str]:
+    """Make a layout's typed tables able to take what the layout decodes: add its missing
+    columns (schema evolution) and widen columns it now decodes wider (Delta type widening).
+
+    Idempotent (compares with the tables' schemas first). Never narrows and never changes a
+    type Delta cannot widen in place: those appends keep failing loudly instead.
+    """
+    from pyspark.sql.types import StructType
+
+    from pipeline.payload import layout_from_conf, spark_ddl
+
+    wanted = StructType.fromDDL(spark_ddl(layout_from_conf(target.layout_conf)))
+    changed: list[str] = []
+    for table in (f"changes_{target.suffix}", f"current_{target.suffix}"):
+        path = table_path(settings, table)
+        have = {f.name: f.dataType.simpleString()
+                for f in spark.read.format("delta").load(path).schema.fields}
+        missing = [f for f in wanted.fields if f.name not in have]
+        if missing:
+            cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+            spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({cols})")
+            changed += [f"{table}.{f.name} added" for f in missing]
+        for f in wanted.fields:
+            new = f.dataType.simpleString()
+            if f.name in have and widening(have[f.name], new) == "widen":
+                spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+                          "('delta.enableTypeWidening' = 'true')")
+                spark.sql(f"ALTER TABLE delta.`{path}` ALTER COLUMN `{f.name}` TYPE {new}")
+                changed.append(f"{table}.{f.name} {have[f.name]} -> {new}")
+    return changed
+
+
+def reconcile_tables(spark: SparkSession, settings: Settings) -> list[str]:
+    """``reconcile_target`` for every configured layout (after a layout change in conf)."""
+    return [c for lay in settings.layouts for c in reconcile_target(
+        spark, settings, Target(lay.subscription, lay.dbid, lay.fnr, lay.layout_conf()))]
+
+
+# ------------------------------------------------------------------------- rows and writes
+def _event_row(event: LifecycleEvent, outcome: Outcome, seq: int) -> dict[str, Any]:
+    return {
+        "event_id": event.event_id, "subscription": event.subscription,
+        "destination": event.destination, "st": event.st, "dbid": event.dbid,
+        "fnr": event.files[0] if len(event.files) == 1 else None,
+        "utility_type": event.utility_type, "utility": event.utility,
+        "detail_json": json.dumps({**event.detail, "files": list(event.files)}, sort_keys=True),
+        "action": str(event.action), "target_table": outcome.table, "result": outcome.result,
+        "reason": event.reason, "at": event.at, "received_at": event.at, "seq": seq,
+    }
+
+
+def _status_row(s: FileStatus, event: LifecycleEvent, app_id: str, seq: int) -> dict[str, Any]:
+    return {
+        "dbid": s.dbid, "fnr": s.fnr, "status": str(s.status),
+        "stale_kinds": ",".join(s.stale_kinds), "reason": s.reason, "since": s.since,
+        "file_name": s.file_name, "version": s.version, "event_id": event.event_id,
+        "st": event.st, "action": str(event.action), "run_id": app_id,
+        "updated_at": event.at, "seq": seq,
+    }
+
+
+def _append(spark: SparkSession, rows: list[dict[str, Any]], table: str, settings: Settings,
+            app_id: str, batch_id: int) -> None:
+    from pyspark.sql.types import StructType
+
+    if not rows:
+        return
+    schema = StructType.fromDDL(f"{SCHEMAS[table]}, batch_id bigint")
+    data = [tuple({**r, "batch_id": batch_id}[f.name] for f in schema.fields) for r in rows]
+    (spark.createDataFrame(data, schema).write.format("delta").mode("append")
+     .option("txnAppId", f"{app_id}-{table}").option("txnVersion", batch_id)
+     .save(table_path(settings, table)))
+
+
+@contextmanager
+def _txn(spark: SparkSession, app_id: str, version: int) -> Iterator[None]:
+    """Delta DML reads its idempotency pair from the session conf; unset right after."""
+    spark.conf.set(_TXN_APP, app_id)
+    spark.conf.set(_TXN_VERSION, str(version))
+    try:
+        yield
+    finally:
+        spark.conf.unset(_TXN_APP)
+        spark.conf.unset(_TXN_VERSION)
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
