@@ -253,7 +253,7 @@ class SparkSettings(_Model):
 TYPED_KEY_COLUMNS = frozenset({
     "subscription", "destination", "epoch", "tsnr", "rsnr", "dsnr", "isn", "record_type",
     "image_type", "commit_time", "origin", "batch_id", "deleted", "verified", "valid_from",
-    "valid_to", "is_current", "dbid", "fnr"})
+    "valid_to", "is_current", "action", "dbid", "fnr"})
 
 
 class Layout(_Model):
@@ -291,7 +291,8 @@ class Layout(_Model):
             raise ValueError(f"format_buffer: {exc}") from None
         names = [i.column for i in layout.items if hasattr(i, "column")]
         for name in names:
-            if name in TYPED_KEY_COLUMNS or not re.match(r"^[a-z_][a-z0-9_]*$", name):
+            # a leading "_" is left to the job's own working columns (pipeline/spark/typed.py)
+            if name in TYPED_KEY_COLUMNS or not re.match(r"^[a-z][a-z0-9_]*$", name):
                 raise ValueError(f"column {name!r} is reserved or not a lower-case identifier")
         if len(set(names)) != len(names):
             raise ValueError("two fields map to the same column")
