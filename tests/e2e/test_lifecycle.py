@@ -6,15 +6,23 @@ load and clears it at its clean end, and records every event in ``schema_events`
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
 
+from pipeline.payload import encode_payload, layout_from_conf
+from pipeline.reassembly.events import StatusReceived
+from pipeline.reassembly.tables import events_to_rows
 from pipeline.sim import Replicator, SimConfig
 from pipeline.sim.config import from_settings
 from pipeline.sim.live import LiveReplicator
 from pipeline.sim.utility import parse_spec
-from pipeline.spark.tables import table_path
+from pipeline.spark.lifecycle import apply_lifecycle
+from pipeline.spark.state_stage import OUTPUT_DDL, to_output
+from pipeline.spark.tables import ensure_tables, table_path
+from pipeline.spark.typed import write_typed_tables
+from pipeline.urb import datetime_to_stck, decode_message, encode_message, make_element
 from tests.e2e.scenario import Scenario, scenario_settings
 from tests.integration.truth import generate
 
@@ -87,3 +95,84 @@ def test_load_marks_the_file_stale_then_its_end_clears_it(spark, lifecycle) -> N
     props = _property(spark, lifecycle, "current_employee_11")
     assert props["urbpipe.file_status"] == "active"
     assert "ended cleanly" in props["urbpipe.file_status_reason"]
+
+
+# ------------------------------------------------------------------ replay (Spark, no broker)
+T0 = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
+COLOR_LAYOUT = "AA,16,A,AB,16,U."
+
+
+def _status(st_: str, sec: float, **urbs: object) -> dict:
+    """A status_events row as the state machine emits it, from encoded (EBCDIC) bytes."""
+    el = decode_message(encode_message(None, [make_element(
+        "URBS", urbsst=st_, urbssnam="COLOR", urbsdbid=10006, urbsfnr=4,
+        urbstime=datetime_to_stck(T0 + timedelta(seconds=sec)),
+        urbsttim=datetime_to_stck(T0 + timedelta(seconds=sec)), **urbs)])).elements[0]
+    event = StatusReceived(subscription="COLOR", destination="OUT1", epoch=1, fields=el.fields,
+                           data=el.data or None, topic="t", partition=0, offset=int(sec),
+                           elem_index=0, urbhtime=0, at_ms=1_735_732_800_000)
+    return events_to_rows([event], 0)["status_events"][0]
+
+
+def _batch(spark, inserts: list[tuple[int, int, str]], statuses: list[dict]):
+    """(table, json, blob) frame: COLOR/4 inserts (tsnr, second, color) and statuses."""
+    layout = layout_from_conf({"format_buffer": COLOR_LAYOUT,
+                               "columns": {"AA": "color", "AB": "code"}})
+    tables: dict[str, list[dict]] = {"transactions": [], "records": [], "images": [],
+                                     "status_events": statuses}
+    for tsnr, sec, color in inserts:
+        names = {"subscription": "COLOR", "destination": "OUT1", "epoch": 1, "tsnr": tsnr}
+        tables["transactions"].append({**names, "dbid": 10006, "record_count": 1,
+                                       "commit_time": T0 + timedelta(seconds=sec),
+                                       "origin": "live", "initial_state": False,
+                                       "landed_at": T0})
+        tables["records"].append({**names, "rsnr": 1, "fnr": 4, "isn": tsnr, "type": "I"})
+        payload = encode_payload({"color": color, "code": Decimal(tsnr)}, layout, ebcdic=True)
+        tables["images"].append({**names, "rsnr": 1, "dsnr": 1, "image_type": "A",
+                                 "payload": payload, "acode": 0, "wcode": 0, "arc": 0})
+    return spark.createDataFrame(to_output(tables), OUTPUT_DDL)
+
+
+def test_a_replayed_batch_applies_nothing_twice(spark, test_settings, tmp_path, monkeypatch):
+    """Crash after schema_events, before file_status; then the batch runs twice more."""
+    from pipeline.spark import lifecycle as spark_lifecycle
+
+    settings = test_settings.model_copy(update={"stream": test_settings.stream.model_copy(
+        update={"lake_dir": str(tmp_path / "lake")})})
+    ensure_tables(spark, settings)
+    first = _batch(spark, [(1, 1, "RED"), (2, 2, "BLUE")], [])
+    write_typed_tables(spark, first, 0, settings, "app")
+    refresh = _batch(spark, [(3, 6, "GREEN")], [
+        _status("AUTI", 5, detail=make_element("URBSU", urbsutyp=0x48))])
+    write_typed_tables(spark, refresh, 1, settings, "app")
+
+    real_append = spark_lifecycle._append
+
+    def crash(spark_, rows, table, *args):
+        if table == "file_status":
+            raise RuntimeError("killed")
+        real_append(spark_, rows, table, *args)
+
+    monkeypatch.setattr(spark_lifecycle, "_append", crash)
+    with pytest.raises(RuntimeError, match="killed"):
+        apply_lifecycle(spark, refresh, 1, settings, "app")
+    monkeypatch.setattr(spark_lifecycle, "_append", real_append)
+    for _ in range(2):  # the replay after the crash, and one more
+        write_typed_tables(spark, refresh, 1, settings, "app")
+        assert apply_lifecycle(spark, refresh, 1, settings, "app") == {
+            "schema_events": 1, "file_status": 1}
+    for batch_id, st_ in ((2, "LODS"), (3, "LODE"), (3, "LODE")):
+        apply_lifecycle(spark, _batch(spark, [], [_status(st_, 10 + batch_id)]), batch_id,
+                        settings, "app")
+
+    def read(name: str) -> list:
+        return spark.read.format("delta").load(table_path(settings, name)).collect()
+
+    assert sorted(r.isn for r in read("current_color_4")) == [3]
+    events = read("schema_events")
+    assert [(e.st, e.result.split(" older")[0]) for e in sorted(events, key=lambda e: e.at)] == [
+        ("AUTI", "deleted 2 rows"), ("LODS", "mark_stale: file status"),
+        ("LODE", "clear_stale: file status")]
+    status = sorted(read("file_status"), key=lambda s: s.version)
+    assert [(s.version, s.st, s.status) for s in status] == [
+        (1, "AUTI", "active"), (2, "LODS", "stale"), (3, "LODE", "active")]

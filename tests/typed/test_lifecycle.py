@@ -278,3 +278,23 @@ def test_file_status_model(steps) -> None:
         expect = FileState.DROPPED if dropped else FileState.STALE if kinds else FileState.ACTIVE
         assert (status.status, set(status.stale_kinds)) == (expect, kinds)
     assert [s.version for s in out] == list(range(1, len(steps) + 1))
+
+
+URBSU_LIKE = st.one_of(
+    st.binary(max_size=80),
+    st.tuples(st.sampled_from([b"URBSU ", "URBSU ".encode("cp037")]), st.binary(max_size=60))
+    .map(b"".join))
+
+
+@given(st_=st.sampled_from(sorted(LIFECYCLE_STATUSES)), data=URBSU_LIKE,
+       fnr=st.integers(0, 65535), rsp=st.integers(0, 255))
+def test_any_urbsdata_gives_an_event_never_an_exception(st_, data, fnr, rsp) -> None:
+    """Bad input is recorded, never a crash of the job: garbage after an AUTI is 'recorded'."""
+    row = {"st": st_, "data": data, "fnr": fnr, "dbid": 10006, "rsp": rsp,
+           "subscription": "COLOR", "destination": "OUT1", "time": T0}
+    event = interpret(row)
+    assert event is not None and event.st == st_
+    if st_ == "AUTI" and not data.startswith((b"URBSU", "URBSU".encode("cp037"))):
+        assert event.action is Action.RECORD
+    for kind in {event.stale_kind} - {None}:
+        assert transition(FileStatus(10006, 4), event).stale_kinds in ((), (kind,))
