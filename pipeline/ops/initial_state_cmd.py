@@ -122,9 +122,15 @@ def _request(ref: str, sent: dict[str, Any] | None, details: dict[str, Any],
 
 
 def load_requests(lake: Lake, since: datetime | None = None) -> list[InstRequest]:
-    """Every INST request the tables know of (updated since ``since``, when given)."""
-    requests = lake.read("requests", list(_REQUEST_COLUMNS))
-    requests = requests.filter(pc.equal(requests["kind"], "INST")).to_pylist()
+    """Every INST request the tables know of (updated since ``since``, when given).
+
+    A ``requests`` table from before INST requests (no ``kind`` column) holds none.
+    """
+    if "kind" in lake.columns("requests"):
+        requests = lake.read("requests", list(_REQUEST_COLUMNS))
+        requests = requests.filter(pc.equal(requests["kind"], "INST")).to_pylist()
+    else:
+        requests = []
     alerts = lake.read("alerts", list(_ALERT_COLUMNS))
     alerts = alerts.filter(pc.starts_with(alerts["kind"], KIND_PREFIX)).to_pylist()
     found = current_requests(requests, alerts)

@@ -70,6 +70,16 @@ class Lake:
             raise LakeUnreachable(f"no Delta tables under {self.root} (has the job run? "
                                   "is stream.lake_dir right?)")
 
+    def columns(self, table: str) -> list[str]:
+        """The table's column names as written (a table made by an older job version may lack
+        newer ones); none when it does not exist yet."""
+        try:
+            return DeltaTable(self.path(table)).schema().to_arrow().names
+        except TableNotFoundError:
+            return []
+        except OSError as exc:
+            raise LakeUnreachable(f"cannot read {self.path(table)}: {exc}") from None
+
     def read(self, table: str, columns: Sequence[str] | None = None,
              schema: pa.Schema | None = None) -> pa.Table:
         """The table's rows (only ``columns``); an empty table when it does not exist yet."""

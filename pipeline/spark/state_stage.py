@@ -86,7 +86,11 @@ def to_output(tables: dict[str, list[dict[str, Any]]]) -> pd.DataFrame:
             out_table.append(table)
             out_json.append(json.dumps(row, separators=(",", ":"), default=_jsonable))
             out_blob.append(blob)
-    return pd.DataFrame({"table": out_table, "json": out_json, "blob": out_blob})
+    # object dtype even when empty: an empty list makes a float64 column, which pyarrow turns
+    # into a ChunkedArray for string/binary and transformWithStateInPandas then fails.
+    return pd.DataFrame({"table": pd.Series(out_table, dtype=object),
+                         "json": pd.Series(out_json, dtype=object),
+                         "blob": pd.Series(out_blob, dtype=object)})
 
 
 def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int) -> pd.DataFrame:

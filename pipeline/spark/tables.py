@@ -17,6 +17,7 @@ from pipeline.config import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
 
 _NAMES = "subscription string, destination string, epoch int"
 
@@ -99,3 +100,17 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
         if settings.stream.catalog_schema:
             builder = builder.tableName(f"{settings.stream.catalog_schema}.{table}")
         builder.execute()
+        add_missing_columns(spark, table_path(settings, table), schema)
+
+
+def add_missing_columns(spark: SparkSession, path: str, schema: StructType) -> None:
+    """Additive schema upgrade of a table made by an older version (e.g. ``requests`` before
+    its INST columns): create-if-not-exists leaves an existing table as it is, and Delta
+    refuses appends with columns the table does not have."""
+    from delta.tables import DeltaTable
+
+    have = set(DeltaTable.forPath(spark, path).toDF().columns)
+    missing = [f for f in schema.fields if f.name not in have]
+    if missing:
+        cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({cols})")

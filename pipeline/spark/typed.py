@@ -35,6 +35,7 @@ from pipeline.payload import layout_from_conf, spark_ddl
 from pipeline.spark.sinks import _TS_FORMAT
 from pipeline.spark.tables import BLOB_COLUMN, SCHEMAS, json_schema, table_path
 from pipeline.typed.decoding import ERROR_COLUMN, DecodeSpec, decode_rows
+from pipeline.typed.versioning import RSP_ISN_NOT_FOUND
 
 if TYPE_CHECKING:
     from delta.tables import DeltaMergeBuilder
@@ -170,7 +171,8 @@ def joined_rows(batch: DataFrame, settings: Settings) -> tuple[DataFrame, DataFr
     txs = _occurrence(_rows(seq, "transactions")).select(
         *KEYS, "occ", "dbid", "commit_time", "origin", "landed_at")
     recs = (_occurrence(_rows(seq, "records"), "rsnr")
-            .select(*KEYS, "occ", "rsnr", "fnr", "isn", F.col("type").alias("record_type"))
+            .select(*KEYS, "occ", "rsnr", "fnr", "isn", F.col("type").alias("record_type"),
+                    "rsp")
             .join(txs, [*KEYS, "occ"])
             .where(_file_filter(list(settings.layouts))))
     imgs = (_occurrence(_rows(seq, "images"), "rsnr", "dsnr")
@@ -237,7 +239,9 @@ def record_changes(recs: DataFrame, changes: DataFrame, values: list[str]) -> Da
     after = images.where(F.col("image_type") == "A").select(*on, image.alias("_after"))
     before = images.where(F.col("image_type") == "B").select(*on, image.alias("_before"))
     rows = recs.join(after, on, "left").join(before, on, "left")
-    action = (F.when(F.col("record_type") == "D", "delete")
+    # An initial-state record with response 113 says the ISN no longer exists: a delete.
+    gone = (F.col("record_type") == "R") & (F.col("rsp") == RSP_ISN_NOT_FOUND)
+    action = (F.when((F.col("record_type") == "D") | gone, "delete")
               .when(F.col("_after").isNotNull(), "upsert").otherwise("unverify"))
     rows = rows.withColumn("action", action).withColumn(
         "_image", F.when(F.col("action") == "upsert", F.col("_after")).otherwise(F.col("_before")))

@@ -21,12 +21,14 @@ included, end in the state that applying the changes in version order gives.
 holds every ISN the file has seen, deleted ones included:
 
 * ``upsert``   (I/U/R with an after image): the after image, verified.
-* ``delete``   (D): ``deleted=True``. With ``deletes="mark"`` the row stays in the current
-  table; with ``"remove"`` it is a *tombstone*: ``visible`` hides it (analysts see no deleted
-  rows) and ``tombstones`` keeps its version in ``tombstones_<sub>_<fnr>``, so a late older
-  change never resurrects the ISN. Tombstones whose commit time is more than
-  ``retention`` older than the newest commit time of a batch that does not touch them are
-  purged; after that a late change older than the delete can bring the row back.
+* ``delete``   (D, or an initial-state R record with response 113: the ISN no longer exists,
+  e.g. asked for after a resend but deleted since): ``deleted=True``. With
+  ``deletes="mark"`` the row stays in the current table; with ``"remove"`` it is a
+  *tombstone*: ``visible`` hides it (analysts see no deleted rows) and ``tombstones`` keeps
+  its version in ``tombstones_<sub>_<fnr>``, so a late older change never resurrects the ISN.
+  Tombstones whose commit time is more than ``retention`` older than the newest commit time
+  of a batch that does not touch them are purged; after that a late change older than the
+  delete can bring the row back.
 * ``unverify`` (I/U/R without a usable after image: a resend, before-images-only output, or an
   after image that did not decode): ``verified=False``; the next newer after image (live or
   initial state) makes the row verified again.
@@ -42,6 +44,7 @@ Action = Literal["upsert", "delete", "unverify"]
 UPSERT: Action = "upsert"
 DELETE: Action = "delete"
 UNVERIFY: Action = "unverify"
+RSP_ISN_NOT_FOUND = 113  # URBRRSP of an initial-state record whose ISN does not exist
 DeleteMode = Literal["remove", "mark"]
 Version = tuple[datetime, int, int, int]
 OrderKey = tuple[Version, str, bool]
@@ -77,9 +80,10 @@ def newer(change: Row, current: Row | None) -> bool:
     return current is None or order_key(change) > order_key(current)
 
 
-def action_of(record_type: str, has_after: bool) -> Action:
-    """The effect of one URBR on the current row (see module doc)."""
-    if record_type == "D":
+def action_of(record_type: str, has_after: bool, rsp: int = 0) -> Action:
+    """The effect of one URBR on the current row (see module doc). An initial-state record
+    (R) with response 113 reports that the ISN no longer exists: a delete."""
+    if record_type == "D" or (record_type == "R" and rsp == RSP_ISN_NOT_FOUND):
         return DELETE
     return UPSERT if has_after else UNVERIFY
 

@@ -7,12 +7,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 
+from pipeline.config import Settings
 from pipeline.ops.cli import main
 from pipeline.ops.initial_state_cmd import current_requests
+from pipeline.ops.lake import job_table_schema
 from pipeline.reassembly.events import InitialStateChanged, InitialStateRequested
 from pipeline.reassembly.tables import events_to_rows
+from pipeline.spark.tables import table_path
 from tests.ops.conftest import T0, WriteTable
 
 T0_MS = int(T0.timestamp() * 1000)
@@ -102,3 +107,19 @@ def test_only_completed_requests_are_no_problem(conf_file: Path, write_table: Wr
     write_table("alerts", alerts)
     assert main(["initial-state", "list", "--conf-file", str(conf_file)]) == 0
     assert capsys.readouterr().out.strip() == "no initial-state requests"
+
+
+def test_a_requests_table_from_before_inst_requests_still_lists(
+        conf_file: Path, ops_settings: Settings, write_table: WriteTable,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A lake written by an older job: ``requests`` without the INST columns."""
+    old = pa.schema([f for f in job_table_schema("requests")
+                     if f.name not in ("kind", "initial_state", "dbid", "fnr", "isns",
+                                       "request_id")])
+    row = {"subscription": "COLOR", "destination": "OUT1", "epoch": 1, "tsnr": 3, "attempt": 1}
+    write_deltalake(table_path(ops_settings, "requests"),
+                    pa.Table.from_pylist([row], schema=old), mode="append")
+    write_table("alerts", rows(moved("ext:OPS:42", "failed", 5, 131, 9, token="OPS"))[1])
+    assert main(["initial-state", "list", "--json", "--conf-file", str(conf_file)]) == 1
+    [listed] = json.loads(capsys.readouterr().out)
+    assert (listed["request_id"], listed["state"]) == ("ext:OPS:42", "failed")
