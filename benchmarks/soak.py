@@ -56,6 +56,7 @@ class Sample:
     state_rows: int
     state_mb: float
     jvm_mb: float
+    live_mb: float  # driver JVM heap in use after a full GC: what a leak grows
     python_mb: float
     workers_mb: float
     batch_ms: float
@@ -120,7 +121,21 @@ def kafka_lag(query: Any) -> int:
     return lag
 
 
-def take_sample(t_s: float, records: list[dict[str, Any]], seen: int, query: Any) -> Sample:
+def live_heap_mb(spark: Any) -> float:
+    """The driver JVM's live heap in MB: heap in use right after a full collection.
+
+    RSS cannot tell a leak from a heap that is simply allowed to fill up to -Xmx (it does, and
+    then stays there); the live set a full GC leaves behind can. The collection costs a short
+    pause of the driver once per sample, which a soak (a measurement, not production) accepts.
+    """
+    jvm = spark.sparkContext._jvm
+    jvm.java.lang.System.gc()
+    usage = jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage()
+    return int(usage.getUsed()) / 1e6
+
+
+def take_sample(t_s: float, records: list[dict[str, Any]], seen: int, query: Any,
+                spark: Any) -> Sample:
     """Totals so far, the newest state figures, and the batches since the previous sample."""
     window = records[seen:] or records[-1:]
     last = records[-1] if records else {}
@@ -131,6 +146,7 @@ def take_sample(t_s: float, records: list[dict[str, Any]], seen: int, query: Any
         transactions=sum(r.get("transactions", 0) for r in records),
         state_rows=int(last.get("state_rows", 0)),
         state_mb=last.get("state_memory_bytes", 0) / 1e6, jvm_mb=mem.driver_jvm_mb,
+        live_mb=live_heap_mb(spark),
         python_mb=mem.driver_python_mb, workers_mb=mem.python_workers_mb,
         batch_ms=sum(durations) / len(durations) if durations else 0.0, lag=kafka_lag(query),
         open_gaps=int(last.get("open_gaps", 0)), load1=os.getloadavg()[0])
@@ -138,12 +154,14 @@ def take_sample(t_s: float, records: list[dict[str, Any]], seen: int, query: Any
 
 def print_row(s: Sample) -> None:
     print(f"{s.t_s:6.0f} {s.batches:7} {s.messages:8} {s.transactions:8} {s.state_rows:6} "
-          f"{s.state_mb:8.2f} {s.jvm_mb:7.0f} {s.python_mb:6.0f} {s.workers_mb:7.0f} "
+          f"{s.state_mb:8.2f} {s.jvm_mb:7.0f} {s.live_mb:7.0f} {s.python_mb:6.0f} "
+          f"{s.workers_mb:7.0f} "
           f"{s.batch_ms:8.0f} {s.lag:6} {s.open_gaps:5} {s.load1:5.1f}", flush=True)
 
 
 HEADER = (f"{'t s':>6} {'batches':>7} {'msgs':>8} {'tx':>8} {'state':>6} {'state MB':>8} "
-          f"{'JVM MB':>7} {'py MB':>6} {'wrk MB':>7} {'batch ms':>8} {'lag':>6} {'gaps':>5} "
+          f"{'JVM MB':>7} {'live MB':>7} {'py MB':>6} {'wrk MB':>7} {'batch ms':>8} "
+          f"{'lag':>6} {'gaps':>5} "
           f"{'load':>5}")
 
 
@@ -165,7 +183,7 @@ def verdict(samples: list[Sample], warmup_fraction: float = 0.2) -> list[tuple[s
     keep = samples[int(len(samples) * warmup_fraction):]
     xs = [s.t_s for s in keep]
     out = []
-    for name in ("state_rows", "state_mb", "jvm_mb", "python_mb", "workers_mb"):
+    for name in ("state_rows", "state_mb", "jvm_mb", "live_mb", "python_mb", "workers_mb"):
         ys = [float(getattr(s, name)) for s in keep]
         mean = sum(ys) / len(ys) if ys else 0.0
         per10 = slope(xs, ys) * 600
@@ -224,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
             if query.exception() is not None:
                 raise RuntimeError(f"query failed: {query.exception()}")
             records = read_records(metrics)
-            samples.append(take_sample(time.monotonic() - t0, records, seen, query))
+            samples.append(take_sample(time.monotonic() - t0, records, seen, query, spark))
             seen = len(records)
             print_row(samples[-1])
         sent = stop_simulator(sim, sim_log)

@@ -210,6 +210,7 @@ class MetricsListener(StreamingQueryListener):
         self.query_id: str | None = None  # set once the query started
         self._lock = threading.Lock()
         self._counts: OrderedDict[int, dict[str, int]] = OrderedDict()
+        self._open_gaps = 0
         self._latency: dict[int, dict[str, dict[str, float]]] = {}
         self._records: list[dict[str, Any]] = []
         self._keep_last = keep_last
@@ -268,6 +269,12 @@ class MetricsListener(StreamingQueryListener):
         with self._lock:
             counts = self._counts.pop(batch_id, {})
             latency = self._latency.pop(batch_id, None)
+            # Open gaps are a level, not a per-batch count: a batch the sink did not run (no
+            # data, no timer) keeps the last known value.
+            if "open_gaps" in counts:
+                self._open_gaps = int(counts["open_gaps"])
+            else:
+                counts = {**counts, "open_gaps": self._open_gaps}
         record = batch_record(progress, counts, latency)
         record["recorded_at"] = time.time()
         line = json.dumps(record, sort_keys=True, default=str)

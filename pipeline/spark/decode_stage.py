@@ -1,16 +1,23 @@
-"""Decode stage: Kafka records → one row per URB element, stateless and vectorised (mapInArrow).
+"""Decode stage: Kafka records → one row per (message, key), stateless (mapInArrow).
 
-Each element's DSECT fields travel in a struct column named after its eye-catcher (``urbt``,
-``urbr`` …) whose fields are exactly the codec's layout table (fillers left out), so the schema
-is derived from the codec and never drifts from it. Struct columns arrive in pandas as dicts with
-Python ints, which keeps 64-bit STCK values exact (nullable int64 columns would become floats).
+The stateful stage is keyed by (destination, subscription), and only a decoded message tells
+its key: the subscription is named in its URBT/URBC/URBE, a reply's URBS names the
+subscription and destination it belongs to. So this stage decodes every message, works out
+the key of each element, and emits one narrow row per distinct key of the message: the Kafka
+coordinates, the key and the message bytes. The state function decodes the message again
+(:meth:`RecordDecoder.element_rows`, the same code, so the same answer) and keeps the elements
+of its key.
 
-STCK values are unsigned 64-bit; Spark has no unsigned long, so they travel as the signed
-two's-complement int64 and ``unsigned()`` turns them back.
+Why not one row per element with the DSECT fields as columns (the first design): a 32 KB
+message holds ~40 elements, and every element row crossed Arrow → JVM rows → shuffle → Arrow
+→ pandas dicts with seven struct columns of ~140 fields; that plumbing cost several times what
+decoding the message twice costs (BENCHMARKS.md, "Pipeline throughput"). One row per message
+shuffles the bytes Kafka delivered and nothing more.
 
-A record the codec rejects becomes one row with ``eye = "!ERR"``, the reason and the raw bytes;
-an element the codec skipped (unknown eye-catcher) adds a ``"!WARN"`` row. Both flow to the
-quarantine table through the stateful stage, so one query stays exactly-once end to end.
+A record the codec rejects becomes one row with ``error`` set and the Kafka key's
+subscription; the state stage quarantines it with its bytes. Elements the codec skipped
+(unknown eye-catcher) come back as warnings from ``element_rows`` and are quarantined there
+too, so one query stays exactly-once end to end.
 """
 
 from __future__ import annotations
@@ -20,86 +27,56 @@ from typing import Any
 
 import pyarrow as pa
 
+from pipeline.reassembly.rows import ElementRow
 from pipeline.urb import UrbFormatError, decode_message
 from pipeline.urb.layouts import ELEMENT_TABLES
 
 ERROR_EYE = "!ERR"
 WARNING_EYE = "!WARN"
+#: Elements whose DSECT fields reach the state machine (the others carry no state).
 STRUCT_EYES: tuple[str, ...] = ("URBT", "URBR", "URBD", "URBE", "URBC", "URBS", "URBU")
-_ARROW_TYPE = {"C": pa.string(), "U": pa.int64(), "I": pa.int64(), "T": pa.int64(),
-               "X": pa.binary()}
-_SPARK_TYPE = {"C": "string", "U": "bigint", "I": "bigint", "T": "bigint", "X": "binary"}
-_SIGN = 1 << 63
-_WRAP = 1 << 64
+_SNAM_FIELD = {"URBT": "urbtsnam", "URBC": "urbcsnam", "URBE": "urbesnam"}
 
+Key = tuple[str, str]  # (destination, subscription)
 
-def _fields(eye: str) -> list[tuple[str, str]]:
-    """(name, type code) of an element's DSECT fields, fillers left out."""
-    return [(name, typ) for _off, name, typ, _len in ELEMENT_TABLES[eye] if typ != "F"]
-
-
-def _arrow_struct(eye: str) -> pa.StructType:
-    return pa.struct([(name, _ARROW_TYPE[typ]) for name, typ in _fields(eye)])
-
-
-_COMMON = [("destination", pa.string(), "string"), ("subscription", pa.string(), "string"),
-           ("topic", pa.string(), "string"), ("partition", pa.int32(), "int"),
-           ("offset", pa.int64(), "bigint"), ("elem_index", pa.int32(), "int"),
-           ("urbhmsnr", pa.int64(), "bigint"), ("urbhtime", pa.int64(), "bigint"),
-           ("eye", pa.string(), "string")]
-_TAIL = [("payload", pa.binary(), "binary"), ("data", pa.binary(), "binary"),
-         ("error", pa.string(), "string"), ("raw", pa.binary(), "binary")]
-
-ARROW_SCHEMA = pa.schema(
-    [(n, t) for n, t, _ in _COMMON]
-    + [(eye.lower(), _arrow_struct(eye)) for eye in STRUCT_EYES]
-    + [(n, t) for n, t, _ in _TAIL])
+_COLUMNS = [("destination", pa.string(), "string"), ("subscription", pa.string(), "string"),
+            ("topic", pa.string(), "string"), ("partition", pa.int32(), "int"),
+            ("offset", pa.int64(), "bigint"), ("part", pa.int32(), "int"),
+            ("key", pa.binary(), "binary"), ("value", pa.binary(), "binary"),
+            ("error", pa.string(), "string")]
+ARROW_SCHEMA = pa.schema([(n, t) for n, t, _ in _COLUMNS])
 
 
 def spark_ddl() -> str:
-    """The element-row schema as a Spark DDL string (for mapInArrow)."""
-    parts = [f"`{n}` {s}" for n, _, s in _COMMON]
-    for eye in STRUCT_EYES:
-        inner = ", ".join(f"`{n}`: {_SPARK_TYPE[t]}" for n, t in _fields(eye))
-        parts.append(f"`{eye.lower()}` struct<{inner}>")
-    parts += [f"`{n}` {s}" for n, _, s in _TAIL]
-    return ", ".join(parts)
+    """The message-row schema as a Spark DDL string (for mapInArrow)."""
+    return ", ".join(f"`{n}` {s}" for n, _, s in _COLUMNS)
 
 
-STCK_FIELDS: Mapping[str, frozenset[str]] = {
-    eye: frozenset(n for n, t in _fields(eye) if t == "T") for eye in STRUCT_EYES}
-_STRUCT_NAMES = {eye: frozenset(n for n, _ in _fields(eye)) for eye in STRUCT_EYES}
+def _names(eye: str) -> frozenset[str]:
+    """An element's DSECT field names, fillers left out."""
+    return frozenset(name for _off, name, typ, _len in ELEMENT_TABLES[eye] if typ != "F")
 
 
-def signed(value: int) -> int:
-    """Unsigned 64-bit → the int64 Spark can hold (same bits)."""
-    return value - _WRAP if value >= _SIGN else value
-
-
-def unsigned(value: int) -> int:
-    """Inverse of :func:`signed`."""
-    return value + _WRAP if value < 0 else value
+_FIELD_NAMES: Mapping[str, frozenset[str]] = {eye: _names(eye) for eye in STRUCT_EYES}
 
 
 def _subscription_of(elements: list[Any], kafka_key: bytes | None) -> str:
     """Rule 13: a message carries one subscription; URBT/URBC/URBE name it."""
     for el in elements:
-        name = el.fields.get({"URBT": "urbtsnam", "URBC": "urbcsnam",
-                              "URBE": "urbesnam"}.get(el.eye, ""), "")
+        name = el.fields.get(_SNAM_FIELD.get(el.eye, ""), "")
         if name:
             return name
     return (kafka_key or b"").decode("latin-1").strip()
 
 
-def _struct_value(eye: str, fields: dict[str, Any]) -> dict[str, Any]:
-    names = _STRUCT_NAMES[eye]
-    stck = STCK_FIELDS[eye]
-    return {k: (signed(v) if k in stck and v is not None else v)
-            for k, v in fields.items() if k in names}
-
-
 class RecordDecoder:
-    """Turns one Kafka record into element rows (dicts keyed like ARROW_SCHEMA)."""
+    """Works out the keys of a Kafka record's elements, and its element rows for one key.
+
+    ``destinations`` maps source topics to destination names; ``home_destinations`` gives a
+    subscription's only destination (a TRSP may leave URBSDNAM blank); ``initial_states`` maps
+    an initial-state name to the one subscription whose conf names it (INST replies carry no
+    subscription name).
+    """
 
     def __init__(self, destinations: Mapping[str, str], default_destination: str,
                  codepage: str, home_destinations: Mapping[str, str] | None = None,
@@ -112,43 +89,60 @@ class RecordDecoder:
 
     def rows(self, topic: str, partition: int, offset: int, key: bytes | None,
              value: bytes | None) -> list[dict[str, Any]]:
+        """The decode stage's rows of one record: one per distinct key, in element order."""
+        base = {"topic": topic, "partition": partition, "offset": offset, "key": key,
+                "value": value, "error": None}
         destination = self._destinations.get(topic, self._default)
-        # Never null: a nullable int64 column would reach pandas as float64 and round STCKs.
-        base = {"destination": destination, "topic": topic, "partition": partition,
-                "offset": offset, "urbhmsnr": 0, "urbhtime": 0}
         try:
             msg = decode_message(value or b"", codepage=self._codepage)
         except UrbFormatError as exc:
             sub = (key or b"").decode("latin-1").strip()
-            return [{**base, "subscription": sub, "elem_index": -1, "eye": ERROR_EYE,
-                     "error": str(exc), "raw": value}]
-        head = msg.header
-        base["urbhmsnr"] = head.urbhmsnr
-        base["urbhtime"] = signed(head.urbhtime or 0)
-        sub = _subscription_of(msg.elements, key)
-        out = [self._element_row(base, sub, i, el) for i, el in enumerate(msg.elements)]
-        out += [{**base, "subscription": sub, "elem_index": -1, "eye": WARNING_EYE,
-                 "error": w, "raw": value} for w in msg.warnings]
-        return out
+            return [{**base, "destination": destination, "subscription": sub, "part": 0,
+                     "error": str(exc)}]
+        keys = list(dict.fromkeys(self._keys(destination, msg.elements, key)))
+        if not keys:  # a header without elements still belongs somewhere (warnings, if any)
+            keys = [(destination, _subscription_of(msg.elements, key))]
+        return [{**base, "destination": d, "subscription": s, "part": i}
+                for i, (d, s) in enumerate(keys)]
 
-    def _element_row(self, base: dict[str, Any], sub: str, index: int, el: Any) -> dict[str, Any]:
-        row = {**base, "subscription": sub, "elem_index": index, "eye": el.eye}
-        if el.eye == "URBS":
-            # Replies (TRSP, SUBS …) arrive at the reply destination but belong to the
-            # subscription/destination they name (a TRSP may leave URBSDNAM blank: then the
-            # subscription's only destination from conf); destination-wide status keeps its key.
-            # INST replies name no subscription: the one whose conf names their initial state.
-            snam = el.urbssnam or ""
-            if not snam and el.urbsrt == "INST":
-                snam = self._initial_states.get(el.urbsinam or "", "")
-            row["destination"] = el.urbsdnam or self._home.get(snam) or base["destination"]
-            row["subscription"] = snam
-            row["data"] = el.data or None
-        elif el.eye == "URBD":
-            row["payload"] = el.payload
-        if el.eye in _STRUCT_NAMES:
-            row[el.eye.lower()] = _struct_value(el.eye, el.fields)
-        return row
+    def element_rows(self, topic: str, partition: int, offset: int, key: bytes | None,
+                     value: bytes, wanted: Key, part: int) -> tuple[list[ElementRow], list[str]]:
+        """The elements of one record that belong to ``wanted``, and the codec's warnings
+        (reported once per record: with its first key, ``part`` 0)."""
+        msg = decode_message(value, codepage=self._codepage)
+        destination = self._destinations.get(topic, self._default)
+        head = msg.header
+        out = []
+        for index, (el, el_key) in enumerate(
+                zip(msg.elements, self._keys(destination, msg.elements, key), strict=True)):
+            if el_key != wanted:
+                continue
+            names = _FIELD_NAMES.get(el.eye)
+            fields = ({k: v for k, v in el.fields.items() if v is not None and k in names}
+                      if names is not None else {})
+            out.append(ElementRow(
+                topic=topic, partition=partition, offset=offset, elem_index=index,
+                urbhmsnr=head.urbhmsnr, urbhtime=head.urbhtime or 0, eye=el.eye, fields=fields,
+                payload=el.payload if el.eye == "URBD" else None,
+                data=(el.data or None) if el.eye == "URBS" else None))
+        return out, (list(msg.warnings) if part == 0 else [])
+
+    def _keys(self, destination: str, elements: list[Any], kafka_key: bytes | None
+              ) -> list[Key]:
+        """The key of every element, in order."""
+        sub = _subscription_of(elements, kafka_key)
+        return [self._status_key(destination, el) if el.eye == "URBS" else (destination, sub)
+                for el in elements]
+
+    def _status_key(self, destination: str, el: Any) -> Key:
+        # Replies (TRSP, SUBS …) arrive at the reply destination but belong to the
+        # subscription/destination they name (a TRSP may leave URBSDNAM blank: then the
+        # subscription's only destination from conf); destination-wide status keeps its key.
+        # INST replies name no subscription: the one whose conf names their initial state.
+        snam = el.urbssnam or ""
+        if not snam and el.urbsrt == "INST":
+            snam = self._initial_states.get(el.urbsinam or "", "")
+        return (el.urbsdnam or self._home.get(snam) or destination, snam)
 
 
 def arrow_decoder(decoder: RecordDecoder) -> Callable[[Iterator[pa.RecordBatch]],

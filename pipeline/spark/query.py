@@ -75,18 +75,18 @@ def build_plan(spark: SparkSession, settings: Settings) -> DataFrame:
     """The streaming DataFrame of (table, json, blob) output rows."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    elements = kafka_source(spark, settings).mapInArrow(
-        arrow_decoder(record_decoder(settings)), spark_ddl())
-    grouped = elements.groupBy("destination", "subscription")
+    decoder = record_decoder(settings)
+    messages = kafka_source(spark, settings).mapInArrow(arrow_decoder(decoder), spark_ddl())
+    grouped = messages.groupBy("destination", "subscription")
     if settings.stream.state_api == "transformWithStateInPandas":
         # Open transactions' images in append-only list state (BENCHMARKS.md, "State API").
         from pipeline.spark.state_tws import ReassemblyProcessor
 
         return grouped.transformWithStateInPandas(
-            statefulProcessor=ReassemblyProcessor(reassembly_config(settings)),
+            statefulProcessor=ReassemblyProcessor(reassembly_config(settings), decoder),
             outputStructType=OUTPUT_DDL, outputMode="Append", timeMode="ProcessingTime")
     return grouped.applyInPandasWithState(
-        state_function(reassembly_config(settings)), OUTPUT_DDL, STATE_DDL, "append",
+        state_function(reassembly_config(settings), decoder), OUTPUT_DDL, STATE_DDL, "append",
         GroupStateTimeout.ProcessingTimeTimeout)
 
 

@@ -19,10 +19,13 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Settings
+from pipeline.reassembly.tables import UNIX_EPOCH
 from pipeline.spark.ledger import CommitLedger
+from pipeline.spark.state_stage import STATS_TABLE
 from pipeline.spark.tables import BLOB_COLUMN, TABLES, json_schema, table_path
 from pipeline.urb import requests as urb_requests
 
@@ -140,7 +143,6 @@ def send_requests_and_alerts(settings: Settings, out: KafkaOut, requests: list[d
 
 BatchCallback = Callable[[int, dict[str, int], float], None]
 LatencyCallback = Callable[[int, list[Any]], None]
-_LATENCY_COLUMNS = ("commit_time", "processed_time", "sent_time", "landed_at")
 
 
 def batch_writer(settings: Settings, app_id: str, on_batch: BatchCallback | None = None,
@@ -149,6 +151,9 @@ def batch_writer(settings: Settings, app_id: str, on_batch: BatchCallback | None
     """The foreachBatch function."""
     out = KafkaOut(settings)
     ledgers: dict[int, CommitLedger] = {}  # one per Spark session (a restart makes a new one)
+    # Open gaps per key as of the key's latest call: a key is only called with data or when
+    # its timer fires, and its gaps change only then, so the sum is the job's open gaps.
+    open_gaps: dict[tuple[str, str], int] = {}
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         # foreachBatch re-runs the whole plan (including the state function) per action.
@@ -156,7 +161,11 @@ def batch_writer(settings: Settings, app_id: str, on_batch: BatchCallback | None
         clock = _PhaseClock(started)
         batch = batch.persist()
         try:
-            counts = {r["table"]: r["count"] for r in batch.groupBy("table").count().collect()}
+            counts, stats = _count_tables(batch)
+            counts["bytes"] = sum(int(row["bytes"]) for row in stats)
+            open_gaps.update({(row["destination"], row["subscription"]): int(row["open_gaps"])
+                              for row in stats})
+            counts["open_gaps"] = sum(open_gaps.values())
             clock.lap("t_state_ms")  # Kafka read, decode and the state function run here
             # Tables are independent Delta logs: commit them concurrently (each is its own
             # Spark job), which hides most of the per-commit latency.
@@ -178,21 +187,19 @@ def batch_writer(settings: Settings, app_id: str, on_batch: BatchCallback | None
 
                 counts.update(write_typed_tables(batch.sparkSession, batch, batch_id, settings,
                                                  app_id))
+                clock.lap("t_typed_ms")
             if counts.get("status_events"):  # issue 6.6: utility/lifecycle events, after typed
                 from pipeline.spark.lifecycle import apply_lifecycle
 
                 counts.update(apply_lifecycle(batch.sparkSession, batch, batch_id, settings,
                                               app_id))
-                clock.lap("t_typed_ms")
             requests = _collect(batch, "requests") if counts.get("requests") else []
             alerts = _collect(batch, "alerts") if counts.get("alerts") else []
             if requests or alerts:
                 send_requests_and_alerts(settings, out, requests, alerts)
             clock.lap("t_kafka_ms")
             if on_latency is not None and counts.get("transactions"):
-                rows = table_frame(batch, "transactions", batch_id).select(
-                    *_LATENCY_COLUMNS).collect()
-                on_latency(batch_id, rows)
+                on_latency(batch_id, latency_rows(stats))
             clock.lap("t_latency_ms")
             if on_batch is not None:
                 on_batch(batch_id, {**counts, **clock.laps}, time.monotonic() - started)
@@ -213,6 +220,31 @@ class _PhaseClock:
         now = time.monotonic()
         self.laps[name] = int((now - self._last) * 1000)
         self._last = now
+
+
+def latency_rows(stats: list[dict[str, Any]]) -> list[dict[str, datetime | None]]:
+    """The landed transactions' time stamps, from the state calls' metrics rows, shaped like
+    ``transactions`` rows for ``pipeline.ops.metrics.latency_breakdown``."""
+    def moment(us: int | None) -> datetime | None:
+        return None if us is None else UNIX_EPOCH + timedelta(microseconds=us)
+
+    return [{"commit_time": moment(c), "processed_time": moment(p), "sent_time": moment(s),
+             "landed_at": moment(row["landed_us"])}
+            for row in stats for c, p, s in row.get("times_us", [])]
+
+
+def _count_tables(batch: DataFrame) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """Rows per table, and the state calls' metrics rows (``STATS_TABLE``), in one job."""
+    from pyspark.sql import functions as F
+
+    rows = (batch.groupBy("table")
+            .agg(F.count(F.lit(1)).alias("count"),
+                 F.collect_list(F.when(F.col("table") == STATS_TABLE, F.col("json")))
+                 .alias("stats"))
+            .collect())
+    counts = {r["table"]: int(r["count"]) for r in rows if r["table"] != STATS_TABLE}
+    stats = [json.loads(j) for r in rows if r["table"] == STATS_TABLE for j in r["stats"]]
+    return counts, stats
 
 
 def _collect(batch: DataFrame, table: str) -> list[dict[str, Any]]:

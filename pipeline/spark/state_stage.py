@@ -1,6 +1,8 @@
 """Stateful stage: applyInPandasWithState around the engine-free ``pipeline.reassembly.step``.
 
-Keyed by (destination, subscription). The state is one binary value (``KeyState.to_bytes``);
+Keyed by (destination, subscription). The input is the decode stage's message rows (one per
+Kafka record and key); ``split_rows`` decodes each record again and keeps the elements of the
+key (see decode_stage.py for why). The state is one binary value (``KeyState.to_bytes``);
 the output is a narrow, generic row ``(table, json, blob)``: the table it lands in, its columns
 as JSON, and its one binary column (image payload, status data, quarantined bytes) kept out of
 the JSON. The sinks parse each table's rows with its declared schema.
@@ -13,54 +15,53 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pandas as pd
 
 from pipeline.reassembly import KeyState, ReassemblyConfig, step
+from pipeline.reassembly.events import TransactionComplete
 from pipeline.reassembly.rows import ElementRow
-from pipeline.reassembly.tables import events_to_rows, ms_to_datetime
-from pipeline.spark.decode_stage import ERROR_EYE, STCK_FIELDS, WARNING_EYE, unsigned
+from pipeline.reassembly.tables import (
+    UNIX_EPOCH,
+    events_to_rows,
+    ms_to_datetime,
+    stck_to_datetime,
+)
+from pipeline.spark.decode_stage import ERROR_EYE, WARNING_EYE, RecordDecoder
 from pipeline.spark.tables import BLOB_COLUMN
 
 OUTPUT_DDL = "table string, json string, blob binary"
+STATS_TABLE = "_stats"
 STATE_DDL = "state binary"
 
 
-def _fields(eye: str, raw: Any) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        return {}
-    stck = STCK_FIELDS.get(eye, frozenset())
-    return {k: (unsigned(v) if k in stck and v is not None else v)
-            for k, v in raw.items() if v is not None}
+def _quarantine_row(rec: dict[str, Any], source: str, eye: str, reason: str) -> dict[str, Any]:
+    return {"source": source, "destination": rec["destination"],
+            "subscription": rec["subscription"], "epoch": None, "tsnr": None, "reason": reason,
+            "topic": rec["topic"], "partition": int(rec["partition"]),
+            "offset": int(rec["offset"]), "elem_index": -1, "eye": eye,
+            "raw": bytes(rec["value"]) if rec["value"] is not None else None,
+            "fields_json": None}
 
 
-def _payload(value: Any) -> bytes | None:
-    return bytes(value) if isinstance(value, bytes | bytearray | memoryview) else None
-
-
-def split_rows(pdf: pd.DataFrame) -> tuple[list[ElementRow], list[dict[str, Any]]]:
-    """Element rows for the machine, and quarantine rows for what the decoder rejected."""
+def split_rows(pdf: pd.DataFrame, decoder: RecordDecoder
+               ) -> tuple[list[ElementRow], list[dict[str, Any]]]:
+    """Element rows of this key for the machine, and quarantine rows for what the codec
+    rejected (whole records) or skipped (unknown elements, reported once per record)."""
     elements: list[ElementRow] = []
     rejected: list[dict[str, Any]] = []
     for rec in pdf.to_dict("records"):
-        eye = rec["eye"]
-        if eye in (ERROR_EYE, WARNING_EYE):
-            rejected.append({
-                "source": "decode" if eye == ERROR_EYE else "decode_warning",
-                "destination": rec["destination"], "subscription": rec["subscription"],
-                "epoch": None, "tsnr": None, "reason": rec["error"], "topic": rec["topic"],
-                "partition": int(rec["partition"]), "offset": int(rec["offset"]),
-                "elem_index": -1, "eye": eye, "raw": _payload(rec["raw"]),
-                "fields_json": None})
+        if rec["error"] is not None:
+            rejected.append(_quarantine_row(rec, "decode", ERROR_EYE, rec["error"]))
             continue
-        elements.append(ElementRow(
-            topic=rec["topic"], partition=int(rec["partition"]), offset=int(rec["offset"]),
-            elem_index=int(rec["elem_index"]), urbhmsnr=int(rec["urbhmsnr"]),
-            urbhtime=unsigned(int(rec["urbhtime"])), eye=eye,
-            fields=_fields(eye, rec.get(eye.lower())), payload=_payload(rec.get("payload")),
-            data=_payload(rec.get("data"))))
+        rows, warnings = decoder.element_rows(
+            rec["topic"], int(rec["partition"]), int(rec["offset"]), rec["key"],
+            bytes(rec["value"]), (rec["destination"], rec["subscription"]), int(rec["part"]))
+        elements.extend(rows)
+        rejected.extend(_quarantine_row(rec, "decode_warning", WARNING_EYE, w)
+                        for w in warnings)
     return elements, rejected
 
 
@@ -93,17 +94,39 @@ def to_output(tables: dict[str, list[dict[str, Any]]]) -> pd.DataFrame:
                          "blob": pd.Series(out_blob, dtype=object)})
 
 
-def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int) -> pd.DataFrame:
+def _unix_us(stck: int | None) -> int | None:
+    moment = stck_to_datetime(stck)
+    return None if moment is None else (moment - UNIX_EPOCH) // timedelta(microseconds=1)
+
+
+def key_stats(key: tuple[str, str], frames: list[pd.DataFrame], state: KeyState | None,
+              events: list[Any] = ()) -> dict[str, Any]:
+    """The metrics row of one call: input bytes (each record once), the key's open gaps, and
+    each landed transaction's commit/processed/sent times (Unix µs) for the latency legs, so
+    the sink needs no extra Spark job to read them back."""
+    nbytes = sum(int(f.loc[f["part"] == 0, "value"].map(len).sum()) for f in frames if len(f))
+    times = [[_unix_us(e.commit_time), _unix_us(e.processed_time), _unix_us(e.sent_time)]
+             for e in events if isinstance(e, TransactionComplete)]
+    return {"destination": key[0], "subscription": key[1], "bytes": nbytes,
+            "open_gaps": len(state.gaps) if state is not None else 0, "times_us": times}
+
+
+def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int,
+                 stats: dict[str, Any] | None = None) -> pd.DataFrame:
     """One call's output frame: the events' table rows plus the decoder's rejected records,
-    quarantined at the batch's processing time (shared by both state APIs)."""
+    quarantined at the batch's processing time, plus the call's ``stats`` row (table
+    ``STATS_TABLE``: read by the sink for the metrics, never landed). Shared by both state
+    APIs."""
     tables = events_to_rows(events, now_ms)
     for row in rejected:
         row["quarantined_at"] = ms_to_datetime(now_ms)
     tables.setdefault("quarantine", []).extend(rejected)
+    if stats is not None:
+        tables[STATS_TABLE] = [{**stats, "landed_us": now_ms * 1000}]
     return to_output(tables)
 
 
-def state_function(config: ReassemblyConfig):
+def state_function(config: ReassemblyConfig, decoder: RecordDecoder):
     """The function passed to applyInPandasWithState."""
 
     def reassemble(key: tuple[str, str], frames: Iterator[pd.DataFrame],
@@ -112,11 +135,11 @@ def state_function(config: ReassemblyConfig):
         current = KeyState.from_bytes(state.get[0]) if state.exists else None
         elements: list[ElementRow] = []
         rejected: list[dict[str, Any]] = []
-        if not state.hasTimedOut:
-            for pdf in frames:
-                e, r = split_rows(pdf)
-                elements.extend(e)
-                rejected.extend(r)
+        pdfs = [] if state.hasTimedOut else list(frames)
+        for pdf in pdfs:
+            e, r = split_rows(pdf, decoder)
+            elements.extend(e)
+            rejected.extend(r)
         result = step(current, elements, now_ms, config, (key[0], key[1]))
         if result.state is None:
             state.remove()
@@ -125,6 +148,7 @@ def state_function(config: ReassemblyConfig):
         # PySpark keeps an old timeout armed unless every call sets or clears it.
         if result.next_timeout_ms is not None and result.next_timeout_ms > now_ms:
             state.setTimeoutDuration(result.next_timeout_ms - now_ms)
-        yield batch_output(result.events, rejected, now_ms)
+        yield batch_output(result.events, rejected, now_ms,
+                           key_stats(key, pdfs, result.state, result.events))
 
     return reassemble

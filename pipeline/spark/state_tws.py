@@ -53,7 +53,8 @@ from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValu
 from pipeline.reassembly import KeyState, ReassemblyConfig, step
 from pipeline.reassembly.events import ImageOut, TransactionComplete
 from pipeline.reassembly.rows import ElementRow
-from pipeline.spark.state_stage import OUTPUT_DDL, batch_output, split_rows
+from pipeline.spark.decode_stage import RecordDecoder
+from pipeline.spark.state_stage import OUTPUT_DDL, batch_output, key_stats, split_rows
 
 HEADER_DDL = "state binary"
 SPILLED_DDL = "epoch long, tsnr long, first_partition int, first_offset long"
@@ -78,8 +79,9 @@ def _completes(event: object, spilled: tuple[int, int, int, int]) -> bool:
 class ReassemblyProcessor(StatefulProcessor):
     """``pipeline.reassembly.step`` per (destination, subscription), open images in ListState."""
 
-    def __init__(self, config: ReassemblyConfig) -> None:
+    def __init__(self, config: ReassemblyConfig, decoder: RecordDecoder) -> None:
         self.config = config
+        self.decoder = decoder
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -91,22 +93,23 @@ class ReassemblyProcessor(StatefulProcessor):
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
         elements: list[ElementRow] = []
         rejected: list[dict[str, Any]] = []
-        for pdf in rows:
-            e, r = split_rows(pdf)
+        frames = list(rows)
+        for pdf in frames:
+            e, r = split_rows(pdf, self.decoder)
             elements.extend(e)
             rejected.extend(r)
-        yield self._advance(key, elements, rejected, timerValues)
+        yield self._advance(key, elements, rejected, timerValues, frames)
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
-        yield self._advance(key, [], [], timerValues)
+        yield self._advance(key, [], [], timerValues, [])
 
     def close(self) -> None:
         pass
 
     # ------------------------------------------------------------------ internals
     def _advance(self, key: Any, elements: list[ElementRow], rejected: list[dict[str, Any]],
-                 timerValues: TimerValues) -> pd.DataFrame:
+                 timerValues: TimerValues, frames: list[pd.DataFrame]) -> pd.DataFrame:
         # The batch's processing time from Spark (kept in the offset log), never the wall clock:
         # a replayed batch must produce the same output.
         now_ms = int(timerValues.getCurrentProcessingTimeInMs())
@@ -124,10 +127,11 @@ class ReassemblyProcessor(StatefulProcessor):
                     stored = tuple(ImageOut(int(r[0]), int(r[1]), r[2], bytes(r[3]))
                                    for r in self.images.get())
                     events[i] = dataclasses.replace(event, images=stored + event.images)
+        stats = key_stats((key[0], key[1]), frames, result.state, result.events)
         self._save(result.state, spilled)
         self._arm(result.next_timeout_ms, now_ms)
 
-        return batch_output(events, rejected, now_ms)
+        return batch_output(events, rejected, now_ms, stats)
 
     def _save(self, st: KeyState | None, spilled: tuple[int, int, int, int] | None) -> None:
         """Append the open Partial's new images to the list, save the header without them."""

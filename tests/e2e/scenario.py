@@ -8,6 +8,7 @@ second decode of the same stream.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,8 @@ def scenario_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | 
     prefix = f"e2e.{name}.{uuid.uuid4().hex[:6]}"
     raw["topics"] = {"outputs": {f"{prefix}.out1": "OUT1"}, "replies": f"{prefix}.replies",
                      "requests": f"{prefix}.requests", "alerts": f"{prefix}.alerts"}
-    raw["stream"].update(lake_dir=str(tmp_path / "lake"), checkpoint_dir=str(tmp_path / "ck"))
+    raw["stream"].update(lake_dir=str(tmp_path / "lake"), checkpoint_dir=str(tmp_path / "ck"),
+                         metrics_file=str(tmp_path / "metrics.jsonl"))
     raw["stream"]["gaps"].update(gaps or {})
     raw["stream"].update(stream or {})
     raw["kafka"]["local_broker"]["data_dir"] = str(ROOT / ".run" / "test-kafka")
@@ -63,6 +65,7 @@ class Scenario:
     conf_path: Path
     sent: list[Sent] = field(default_factory=list)
     sim: LiveReplicator | None = None
+    sent_bytes: int = 0  # bytes of the messages generated up front (resends come on top)
 
     @classmethod
     def build(cls, tmp_path: Path, name: str, *, transactions: int, seed: int,
@@ -78,12 +81,17 @@ class Scenario:
         rep = Replicator(config, seed, faults=plan, transactions=transactions)
         deliveries, sent = generate(rep, transactions)
         sim = LiveReplicator(settings, replicator=rep, deliveries=deliveries)
-        return cls(settings, path, sent, sim)
+        return cls(settings, path, sent, sim, sum(len(d.value) for d in deliveries))
 
     def truth(self) -> set[tuple[str, str, int, int]]:
         """(subscription, destination, tsnr, record_count) of every generated transaction."""
         return {(s.subscription, d, s.tsnr, len(s.tx.records))
                 for s in self.sent for d in s.destinations}
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """The job's metrics JSON lines (one per batch), oldest first."""
+        path = Path(self.settings.location(self.settings.stream.metrics_file))
+        return [json.loads(line) for line in path.read_text().splitlines() if line]
 
     def table(self, spark: Any, name: str) -> Any:
         from pipeline.spark.tables import table_path

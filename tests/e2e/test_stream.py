@@ -113,6 +113,14 @@ def test_gaps_are_requested_and_filled_by_resends(spark, faulty: Scenario) -> No
     assert after_images.count() == 0, "the resend buffer never keeps after images"
 
 
+def test_metrics_count_input_bytes_and_track_open_gaps(faulty: Scenario) -> None:
+    records = faulty.metrics()
+    # every generated message (and the poison one, and the replies) was read and counted once
+    assert sum(r["bytes"] for r in records) >= faulty.sent_bytes + len(POISON) > len(POISON)
+    assert max(r["open_gaps"] for r in records) >= 1, "dropped transactions opened gaps"
+    assert records[-1]["open_gaps"] == 0, "every gap was filled by the end"
+
+
 def test_faulty_stream_lands_each_transaction_exactly_once(spark, faulty: Scenario) -> None:
     txs = faulty.table(spark, "transactions")
     keys = txs.select("subscription", "destination", "epoch", "tsnr")

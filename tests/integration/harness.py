@@ -9,8 +9,9 @@ whole data path in seconds, without a JVM.
 What it imitates, and how:
 - Kafka: a key always lands in one partition (``partition_of``: a stable hash of the key mod
   P), offsets count per (topic, partition) from 0, a batch reads a prefix of what was appended.
-- Spark decode stage: ``RecordDecoder.rows`` per record, then an Arrow table with the job's
-  schema (so STCKs must fit int64 and absent structs become nulls), handed over as pandas.
+- Spark decode stage: ``RecordDecoder.rows`` per record (one row per key of its elements), then
+  an Arrow table with the job's schema, handed over as pandas; the state function decodes each
+  record again and keeps its key's elements (``split_rows``), as the job does.
 - applyInPandasWithState: one call per (destination, subscription) key with data, rows in a
   deterministic shuffled order (Spark keeps none), split into frames of ``frame_rows``; keys
   without data but with an expired timeout (timeout < batch time) are called with no rows;
@@ -123,8 +124,8 @@ class BatchOutput:
     calls: list[Key]
 
 
-def element_rows(decoder: RecordDecoder, records: Iterable[KafkaRecord]) -> list[dict[str, Any]]:
-    """The decode stage: every record becomes element rows (error rows included)."""
+def message_rows(decoder: RecordDecoder, records: Iterable[KafkaRecord]) -> list[dict[str, Any]]:
+    """The decode stage: every record becomes one row per key (error rows included)."""
     rows: list[dict[str, Any]] = []
     for r in records:
         rows.extend(decoder.rows(r.topic, r.partition, r.offset, r.key, r.value))
@@ -135,8 +136,8 @@ def group_frames(rows: list[dict[str, Any]], batch_id: int, shuffle_seed: int,
                  frame_rows: int) -> dict[Key, list[pd.DataFrame]]:
     """Rows per (destination, subscription), shuffled, as the pandas frames Spark hands over.
 
-    Going through Arrow with the job's schema checks what mapInArrow would reject (e.g. a STCK
-    that does not fit int64) and gives the exact pandas shapes (dict structs, None for nulls).
+    Going through Arrow with the job's schema checks what mapInArrow would reject and gives the
+    exact pandas shapes (bytes, None for nulls).
     """
     groups: dict[Key, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
@@ -151,13 +152,13 @@ def group_frames(rows: list[dict[str, Any]], batch_id: int, shuffle_seed: int,
 
 
 def call_key(blob: bytes | None, frames: Sequence[pd.DataFrame], now_ms: int,
-             config: ReassemblyConfig, key: Key) -> tuple[bytes | None, int | None, Tables,
-                                                         list[Event]]:
+             config: ReassemblyConfig, key: Key, decoder: RecordDecoder,
+             ) -> tuple[bytes | None, int | None, Tables, list[Event]]:
     """One state-function call, as pipeline/spark/state_stage.py makes it."""
     elements: list[ElementRow] = []
     rejected: list[dict[str, Any]] = []
     for pdf in frames:
-        e, r = split_rows(pdf)
+        e, r = split_rows(pdf, decoder)
         elements.extend(e)
         rejected.extend(r)
     current = KeyState.from_bytes(blob) if blob is not None else None
@@ -175,7 +176,7 @@ def process_batch(checkpoint: Checkpoint, records: Sequence[KafkaRecord], now_ms
                   batch_id: int, config: ReassemblyConfig, decoder: RecordDecoder, *,
                   shuffle_seed: int = 0, frame_rows: int = 10_000) -> BatchOutput:
     """A pure function of its inputs, like a Spark micro-batch replayed from its offset log."""
-    frames = group_frames(element_rows(decoder, records), batch_id, shuffle_seed, frame_rows)
+    frames = group_frames(message_rows(decoder, records), batch_id, shuffle_seed, frame_rows)
     expired = {k for k, t in checkpoint.timeouts.items() if t < now_ms and k not in frames}
     states, timeouts = dict(checkpoint.states), dict(checkpoint.timeouts)
     tables: Tables = {name: [] for name in TABLES}
@@ -183,7 +184,7 @@ def process_batch(checkpoint: Checkpoint, records: Sequence[KafkaRecord], now_ms
     calls = sorted(set(frames) | expired)
     for key in calls:
         blob, timeout, out, evs = call_key(states.get(key), frames.get(key, []), now_ms,
-                                           config, key)
+                                           config, key, decoder)
         _put(states, key, blob)
         _put(timeouts, key, timeout)
         for name, rows in out.items():

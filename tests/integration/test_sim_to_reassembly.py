@@ -326,7 +326,10 @@ def test_batch_boundaries_do_not_change_what_lands(seed: int, cuts: list[int], p
     cut = run_harness(rep2, out2, cuts=cuts, partitions=partitions, shuffle_seed=shuffle)
     assert _landed_set(cut) == _landed_set(whole)
     assert_matches_truth(cut, sent)
-    assert len(cut.tables["duplicates"]) == len(whole.tables["duplicates"])
+    # Finer batches can fire a gap's retry timer before its resend arrives; each extra TRAN
+    # round is answered again, and that second resend is (rightly) dropped as a duplicate.
+    extra_rounds = abs(len(cut.tables["requests"]) - len(whole.tables["requests"]))
+    assert abs(len(cut.tables["duplicates"]) - len(whole.tables["duplicates"])) <= extra_rounds
     assert cut.tables["quarantine"] == [] and whole.tables["quarantine"] == []
 
 

@@ -89,6 +89,17 @@ def test_listener_joins_counts_with_progress(tmp_path: Path) -> None:
     assert listener.last_progress_line().startswith("batch 4 | 0 msgs")  # type: ignore[union-attr]
 
 
+def test_open_gaps_is_a_level_kept_over_batches_the_sink_did_not_run(tmp_path: Path) -> None:
+    listener = MetricsListener(tmp_path / "metrics.jsonl")
+    listener.record_batch_counts(1, {"transactions": 5, "bytes": 4096, "open_gaps": 2}, 0.5)
+    listener.onQueryProgress(SimpleNamespace(progress=FakeProgress(1)))
+    listener.onQueryProgress(SimpleNamespace(progress=FakeProgress(2, numInputRows=0)))
+    listener.record_batch_counts(3, {"transactions": 1, "bytes": 100, "open_gaps": 0}, 0.5)
+    listener.onQueryProgress(SimpleNamespace(progress=FakeProgress(3)))
+    assert [(r["bytes"], r["open_gaps"]) for r in listener.records] == [
+        (4096, 2), (0, 2), (100, 0)]
+
+
 def test_other_queries_are_ignored(tmp_path: Path) -> None:
     listener = MetricsListener(tmp_path / "m.jsonl", query_name="urbpipe")
     listener.onQueryProgress(SimpleNamespace(progress=FakeProgress(1, name="passthrough")))
