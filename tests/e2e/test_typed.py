@@ -1,6 +1,7 @@
 """Typed tables end to end: the simulator's final records equal the current-state tables, in
 both encodings (EBCDIC COLOR with zoned numbers, ASCII EMPLOYEE with packed numbers, negatives
-included), and Spark SQL and the ``deltalake`` package (no Spark) answer the same query."""
+included), the SCD type 2 history holds every landed version and ends in the current state, and
+Spark SQL and the ``deltalake`` package (no Spark) answer the same query."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ def typed(spark, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory)
     scenario = Scenario.build(tmp_path_factory.mktemp("typed"), "typed", transactions=50,
                               seed=23, max_message_size=900,
                               subscriptions=[COLOR_EBCDIC, EMPLOYEE_ASCII], layouts=True)
+    layouts = [lay.model_copy(update={"history": True}) for lay in scenario.settings.layouts]
+    scenario.settings = scenario.settings.model_copy(update={"layouts": layouts})
     scenario.run(spark)
     return scenario
 
@@ -60,6 +63,39 @@ def test_employee_current_state_equals_the_simulator(spark, typed: Scenario) -> 
     changes = typed.table(spark, "changes_employee_11")
     assert changes.where("salary < 0 OR birth < 0").count() > 0, "negative packed numbers"
     assert typed.table(spark, "quarantine").count() == 0
+
+
+def _versions(spark, scenario: Scenario, sub: str, fnr: int) -> set[tuple]:
+    """(isn, commit_time, epoch, tsnr, rsnr) of every landed record of the file."""
+    keys = ["subscription", "destination", "epoch", "tsnr"]
+    recs = scenario.table(spark, "records").where(f"subscription = '{sub}' AND fnr = {fnr}")
+    txs = scenario.table(spark, "transactions").select(*keys, "commit_time")
+    return {(r.isn, r.commit_time, r.epoch, r.tsnr, r.rsnr)
+            for r in recs.join(txs, keys).select("isn", "commit_time", "epoch", "tsnr",
+                                                 "rsnr").collect()}
+
+
+@pytest.mark.parametrize(("sub", "fnr", "cols"), [("COLOR", 4, ("color", "code")),
+                                                  ("EMPLOYEE", 11, ("name", "salary"))])
+def test_history_holds_every_version_and_ends_in_the_current_state(
+        spark, typed: Scenario, sub: str, fnr: int, cols: tuple[str, str]) -> None:
+    suffix = f"{sub.lower()}_{fnr}"
+    rows = typed.table(spark, f"history_{suffix}").collect()
+    assert {(r.isn, r.commit_time, r.epoch, r.tsnr, r.rsnr) for r in rows} == _versions(
+        spark, typed, sub, fnr)
+    by_isn: dict[int, list] = {}
+    for r in rows:
+        by_isn.setdefault(r.isn, []).append(r)
+    for isn_rows in by_isn.values():
+        isn_rows.sort(key=lambda r: (r.commit_time, r.epoch, r.tsnr, r.rsnr))
+        assert [r.valid_to for r in isn_rows[:-1]] == [r.valid_from for r in isn_rows[1:]]
+        assert [r.is_current for r in isn_rows] == [False] * (len(isn_rows) - 1) + [True]
+    assert any(len(v) > 1 for v in by_isn.values()), "the seed must update some ISNs"
+    newest = {isn: v[-1] for isn, v in by_isn.items()}
+    current = {r.isn: (r[cols[0]], r[cols[1]], r.deleted)
+               for r in typed.table(spark, f"current_{suffix}").collect()}
+    assert current == {isn: (r[cols[0]], r[cols[1]], r.deleted) for isn, r in newest.items()
+                       if sub == "EMPLOYEE" or not r.deleted}, "COLOR removes, EMPLOYEE marks"
 
 
 def test_spark_sql_and_deltalake_answer_the_same_query(spark, typed: Scenario) -> None:
