@@ -135,11 +135,12 @@ def _previous_status(spark: SparkSession, settings: Settings, app_id: str,
              .where(~((F.col("run_id") == app_id) & (F.col("batch_id") >= batch_id))))
     latest = Window.partitionBy("dbid", "fnr").orderBy(F.col("version").desc())
     rows = (frame.withColumn("_n", F.row_number().over(latest)).where("_n = 1")
-            .withColumn("since_us", F.unix_micros("since")).collect())
+            .withColumn("since_us", F.unix_micros("since"))
+            .withColumn("cut_us", F.unix_micros("truncated_before")).collect())
     return {(r.dbid, r.fnr): FileStatus(
         r.dbid, r.fnr, FileState(r.status),
         tuple(k for k in (r.stale_kinds or "").split(",") if k), r.reason or "",
-        _utc(r.since_us), r.file_name or "", r.version) for r in rows}
+        _utc(r.since_us), r.file_name or "", r.version, _utc(r.cut_us)) for r in rows}
 
 
 def _utc(micros: int | None) -> datetime | None:
@@ -259,7 +260,7 @@ def _event_row(event: LifecycleEvent, outcome: Outcome, seq: int) -> dict[str, A
         "utility_type": event.utility_type, "utility": event.utility,
         "detail_json": json.dumps({**event.detail, "files": list(event.files)}, sort_keys=True),
         "action": str(event.action), "target_table": outcome.table, "result": outcome.result,
-        "reason": event.reason, "at": event.at, "received_at": event.at, "seq": seq,
+        "reason": event.reason, "at": event.at, "received_at": event.received_at, "seq": seq,
     }
 
 
@@ -267,9 +268,10 @@ def _status_row(s: FileStatus, event: LifecycleEvent, app_id: str, seq: int) -> 
     return {
         "dbid": s.dbid, "fnr": s.fnr, "status": str(s.status),
         "stale_kinds": ",".join(s.stale_kinds), "reason": s.reason, "since": s.since,
-        "file_name": s.file_name, "version": s.version, "event_id": event.event_id,
+        "file_name": s.file_name, "version": s.version,
+        "truncated_before": s.truncated_before, "event_id": event.event_id,
         "st": event.st, "action": str(event.action), "run_id": app_id,
-        "updated_at": event.at, "seq": seq,
+        "updated_at": event.received_at, "seq": seq,
     }
 
 

@@ -67,11 +67,12 @@ SCHEMAS: dict[str, str] = {
         "target_table string, result string, reason string, at timestamp, "
         "received_at timestamp, seq int"),
     # Per file status transitions (active/stale/dropped); a file's status is its row with the
-    # greatest version. stale_kinds: comma-separated (load, lost, restore …).
+    # greatest version. stale_kinds: comma-separated (load, lost, restore …); truncated_before:
+    # the latest refresh/define cutoff (changes older than it predate the truncate).
     "file_status": (
         "dbid int, fnr int, status string, stale_kinds string, reason string, since timestamp, "
-        "file_name string, version bigint, event_id string, st string, action string, "
-        "run_id string, updated_at timestamp, seq int"),
+        "file_name string, version bigint, truncated_before timestamp, event_id string, "
+        "st string, action string, run_id string, updated_at timestamp, seq int"),
 }
 BLOB_COLUMN = {"images": "payload", "status_events": "data", "quarantine": "raw"}
 TABLES = tuple(SCHEMAS)

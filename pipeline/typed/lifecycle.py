@@ -127,6 +127,7 @@ class LifecycleEvent:
     utility: str = ""
     detail: Mapping[str, Any] = field(default_factory=dict)
     stale_kind: str | None = None
+    received_at: datetime | None = None  # when the job landed the status (batch time)
 
     @property
     def fieldname(self) -> str:
@@ -150,6 +151,7 @@ def interpret(row: Mapping[str, Any], big_endian: bool | None = None) -> Lifecyc
         "destination": str(row.get("destination") or ""), "st": st,
         "dbid": int(row.get("dbid") or 0), "rsp": int(row.get("rsp") or 0),
         "at": row.get("commit_time") or row.get("time") or row.get("received_at"),
+        "received_at": row.get("received_at"),
     }
     fnr = int(row.get("fnr") or 0)
     if st == "AUTI":
@@ -390,6 +392,7 @@ class FileStatus:
     since: datetime | None = None
     file_name: str = ""
     version: int = 0
+    truncated_before: datetime | None = None  # rows older than this left with a truncate
 
 
 def transition(prev: FileStatus, event: LifecycleEvent, *, extra_stale: str | None = None,
@@ -398,7 +401,9 @@ def transition(prev: FileStatus, event: LifecycleEvent, *, extra_stale: str | No
     applier found (``layout``: a type change the tables cannot take).
 
     Dropped wins over stale; a truncate (refresh or define) leaves a known, empty file: active.
-    ``since`` moves only when the status word changes.
+    ``since`` moves only when the status word changes. ``truncated_before`` keeps the latest
+    truncate's cutoff: a change older than it arriving later (a resend, a late destination)
+    belongs to the file as it was before the refresh.
     """
     kinds = set(prev.stale_kinds)
     dropped = prev.status is FileState.DROPPED
@@ -420,8 +425,11 @@ def transition(prev: FileStatus, event: LifecycleEvent, *, extra_stale: str | No
     if status is FileState.STALE and event.action is Action.CLEAR_STALE:
         reason = "; ".join(_WHY_STALE.get(k, k) for k in sorted(kinds))
     since = prev.since if status is prev.status and prev.version else event.at
+    cut = prev.truncated_before
+    if event.action is Action.TRUNCATE and event.at is not None:
+        cut = event.at if cut is None else max(cut, event.at)
     return FileStatus(prev.dbid, prev.fnr, status, tuple(sorted(kinds)), reason, since, name,
-                      prev.version + 1)
+                      prev.version + 1, cut)
 
 
 def replay(statuses: Mapping[tuple[int, int], FileStatus],

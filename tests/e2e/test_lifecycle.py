@@ -79,6 +79,7 @@ def test_refresh_file_truncates_the_current_state_and_is_recorded(spark, lifecyc
     status = _rows(spark, lifecycle, "file_status", "dbid = 10006 AND fnr = 4")
     assert [(s.status, s.action) for s in sorted(status, key=lambda s: s.version)] == [
         ("active", "truncate")]
+    assert status[0].truncated_before == event.at
     assert _property(spark, lifecycle, "current_color_4")["urbpipe.file_status"] == "active"
 
 
@@ -176,3 +177,8 @@ def test_a_replayed_batch_applies_nothing_twice(spark, test_settings, tmp_path, 
     status = sorted(read("file_status"), key=lambda s: s.version)
     assert [(s.version, s.st, s.status) for s in status] == [
         (1, "AUTI", "active"), (2, "LODS", "stale"), (3, "LODE", "active")]
+    cuts = spark.read.format("delta").load(table_path(settings, "file_status")).selectExpr(
+        "unix_micros(truncated_before) AS us").distinct().collect()
+    refreshed = (T0 + timedelta(seconds=5) - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(
+        microseconds=1)
+    assert [r.us for r in cuts] == [refreshed], "carried from status to status"

@@ -76,6 +76,7 @@ def test_auti_utility_types_map_to_their_action(form, typ, action) -> None:
     assert event.action is action
     assert event.utility_type == typ and event.files == (4,) and event.dbid == 10006
     assert event.at == T0, "the cutoff is URBSTTIM, the utility's commit time"
+    assert event.received_at == datetime.fromtimestamp(1_700_000_000, UTC), "landing time"
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -245,6 +246,8 @@ def test_drop_rename_and_define_again() -> None:
     assert dropped.status is FileState.DROPPED and still.status is FileState.DROPPED
     assert still.since == dropped.since, "since moves only when the status changes"
     assert defined.status is FileState.ACTIVE and defined.file_name == "PERSONNEL"
+    assert renamed.truncated_before is None
+    assert defined.truncated_before == T0 + timedelta(minutes=3)
 
 
 def test_a_type_change_the_table_cannot_take_makes_it_stale() -> None:
