@@ -297,7 +297,12 @@ class WidenPlan:
 
 def widen_plan(event: LifecycleEvent, layout_conf: Mapping[str, Any]) -> WidenPlan | None:
     """None when the changed field is not in the layout (nothing to do but record)."""
-    spec = _field(layout_from_conf(layout_conf), event.fieldname)
+    layout = layout_from_conf(layout_conf)
+    group = _group_of(layout, event.fieldname)
+    if group is not None:
+        return WidenPlan(group, "array<struct>", None,
+                         f"{event.fieldname} is a member of the PE group column {group}")
+    spec = _field(layout, event.fieldname)
     if spec is None:
         return None
     old = spark_type(spec)
@@ -346,12 +351,14 @@ def widen_decision(event: LifecycleEvent, layout_conf: Mapping[str, Any],
 
 
 def _field(layout: RecordLayout, name: str) -> FieldSpec | None:
+    return next((i for i in layout.items if isinstance(i, FieldSpec) and i.name == name), None)
+
+
+def _group_of(layout: RecordLayout, name: str) -> str | None:
+    """The column of the PE group ``name`` is a member of (a struct inside an array)."""
     for item in layout.items:
-        if isinstance(item, FieldSpec) and item.name == name:
-            return item
-        for member in getattr(item, "members", ()):
-            if member.name == name:
-                return None  # a PE member: its struct type is out of reach of ALTER COLUMN
+        if any(m.name == name for m in getattr(item, "members", ())):
+            return str(getattr(item, "column", ""))
     return None
 
 

@@ -185,6 +185,13 @@ def test_a_longer_field_makes_the_file_stale_until_the_layout_changes() -> None:
     assert stale == "layout" and "string cannot become decimal(15,0)" in result
 
 
+def test_a_pe_member_change_needs_a_layout_change() -> None:
+    conf = {"format_buffer": "AA,8,A,GA1-2.", "groups": {"GA": "AR,3,A,AS,4,P"}, "dbid": 1,
+            "fnr": 2}
+    result, stale = widen_decision(auti(0x41, fieldname="AS", newlength=6), conf)
+    assert stale == "layout" and "member of the PE group column ga" in result
+
+
 def test_a_field_change_the_layout_already_covers_is_recorded_only() -> None:
     assert widen_decision(auti(0x41, fieldname="AA", newlength=6), EMPLOYEE) == (
         "no change: personnel_id stays string", None)
