@@ -77,6 +77,8 @@ def apply_lifecycle(spark: SparkSession, batch: DataFrame, batch_id: int, settin
     layouts = [Target(lay.subscription, lay.dbid, lay.fnr, lay.layout_conf())
                for lay in settings.layouts]
     events = [e for row in rows if (e := interpret(row, _big_endian(settings, row))) is not None]
+    if not events:  # only statuses without a lifecycle meaning (C5 user data, SUBS …)
+        return {}
     if settings.layouts:
         from pipeline.spark.typed import ensure_typed_tables
 
