@@ -286,6 +286,8 @@ def run_phase(phase: str, conf: Path, expect: int, timeout_s: float) -> dict[str
             spark, tx_path, {"sent_to_landed": ("sent_time", "landed_at"),
                              "commit_to_landed": ("commit_time", "landed_at")})
         result["landed_transactions"] = spark.read.format("delta").load(tx_path).count()
+        result["landed_records"] = spark.read.format("delta").load(
+            table_path(settings, "records")).count()
         result["quarantined"] = spark.read.format("delta").load(
             table_path(settings, "quarantine")).count()
         result["sink"] = sink_timing(Path(settings.location(settings.stream.metrics_file)))
@@ -334,10 +336,12 @@ def codec_ratio(seconds: float = 1.0) -> tuple[float, float]:
     return ours, base
 
 
-def rates(result: dict[str, Any], load: dict[str, Any]) -> dict[str, float]:
+def rates(result: dict[str, Any], load: dict[str, Any], records: int) -> dict[str, float]:
+    """Per-second rates over the batch window; ``records`` (URBR) is what the pipeline landed
+    from the topic, the same for both phases (raw does not decode them)."""
     window = result["window_s"]
     return {"msgs_s": result["messages"] / window, "tx_s": load["transactions"] / window,
-            "mb_s": load["bytes"] / 1e6 / window}
+            "recs_s": records / window, "mb_s": load["bytes"] / 1e6 / window}
 
 
 def _mem(peak: dict[str, Any]) -> str:
@@ -356,20 +360,23 @@ def report(settings: Settings, load: dict[str, Any], results: dict[str, dict[str
            codec: tuple[float, float], loads: list[str]) -> None:
     """The figures: one table, then where the time goes, then the verdict."""
     raw, full = results["raw"], results["pipeline"]
-    r, f = rates(raw, load), rates(full, load)
+    records = int(full.get("landed_records") or 0)
+    r, f = rates(raw, load, records), rates(full, load, records)
     print("\n== Pipeline throughput ==")
     print("settings: " + ", ".join(f"{k}={v}" for k, v in throughput_settings(settings).items()))
     print(f"load: {load['transactions']} transactions, {load['messages']} messages, "
           f"{load['bytes'] / 1e6:.1f} MB ({load['bytes'] / max(load['messages'], 1):.0f} B/msg) "
           f"in {load['seconds']:.1f} s ({load['transactions'] / load['seconds']:.0f} tx/s)")
     print(f"load average during the run (1/5/15 min): {' | '.join(loads)}")
-    head = (f"{'':10} {'msgs/s':>8} {'tx/s':>8} {'MB/s':>6} {'batches':>7} {'window s':>8} "
+    head = (f"{'':10} {'msgs/s':>8} {'tx/s':>8} {'recs/s':>8} {'MB/s':>6} {'batches':>7} "
+            f"{'window s':>8} "
             f"{'wall s':>7}  {'sent→landed p50/p99':>20}  {'commit→landed p50/p99':>22}")
     print(head)
     print("-" * len(head))
     for name, res, rt in (("(a) raw", raw, r), ("(b) full", full, f)):
         lat = res["latency_s"]
-        print(f"{name:10} {rt['msgs_s']:8,.0f} {rt['tx_s']:8,.0f} {rt['mb_s']:6.2f} "
+        print(f"{name:10} {rt['msgs_s']:8,.0f} {rt['tx_s']:8,.0f} {rt['recs_s']:8,.0f} "
+              f"{rt['mb_s']:6.2f} "
               f"{res['batches']:7} {res['window_s']:8.1f} {res['wall_s']:7.1f}  "
               f"{_lat(lat.get('sent_to_landed', [])):>20}  "
               f"{_lat(lat.get('commit_to_landed', [])):>22}")
