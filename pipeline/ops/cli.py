@@ -211,6 +211,13 @@ def _sub(subs: Any, name: str, help_text: str, description: str,
     return p
 
 
+def _group(subs: Any, name: str, help_text: str, description: str) -> Any:
+    """A command with actions (``urbpipe gaps list`` …): its subparsers."""
+    group = subs.add_parser(name, help=help_text, description=description, epilog=EXIT_CODES,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    return group.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+
 def _json_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable JSON output")
 
@@ -293,13 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     _request_parsers(subs)
 
-    gaps = subs.add_parser("gaps", help="list gaps, acknowledge them",
-                           description="Gaps in the transaction sequence and their states. "
-                                       "A gap is a problem while open or requested, or "
-                                       "unrecoverable and not acknowledged.",
-                           epilog=EXIT_CODES,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    gsub = gaps.add_subparsers(dest="action", required=True, metavar="ACTION")
+    gsub = _group(subs, "gaps", "list gaps, acknowledge them",
+                  "Gaps in the transaction sequence and their states. "
+                  "A gap is a problem while open or requested, or "
+                  "unrecoverable and not acknowledged.")
     p = _sub(gsub, "list", "gaps that are problems (--all: every gap)",
              "List gaps by their current state; exit 1 when any is a problem.", cmd_gaps_list)
     p.add_argument("--all", action="store_true", help="also filled and acknowledged gaps")
@@ -313,15 +317,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", required=True, help="who acknowledges")
     p.add_argument("--note", help="why, or what was done about the lost transactions")
 
-    inst = subs.add_parser("initial-state", help="INST requests and their replies",
-                           description="Initial-state (INST) requests: the ones the job sent "
-                                       "after a resend and the ones seen by their replies, "
-                                       "with their state (requested, started, completed, "
-                                       "failed, overdue). Failed and overdue ones are "
-                                       "problems.",
-                           epilog=EXIT_CODES,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    isub = inst.add_subparsers(dest="action", required=True, metavar="ACTION")
+    isub = _group(subs, "initial-state", "INST requests and their replies",
+                  "Initial-state (INST) requests: the ones the job sent "
+                  "after a resend and the ones seen by their replies, "
+                  "with their state (requested, started, completed, "
+                  "failed, overdue). Failed and overdue ones are "
+                  "problems.")
     p = _sub(isub, "list", "INST requests not completed (--all: every one)",
              "List INST requests by their latest state from the requests and alerts tables; "
              "exit 1 when any failed or is overdue.", cmd_initial_state_list)
@@ -330,11 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only requests updated since WHEN (ISO time, or 30m, 2h, 1d ago)")
     _json_option(p)
 
-    quar = subs.add_parser("quarantine", help="list quarantined input, replay it after a fix",
-                           description="Messages the job could not process.",
-                           epilog=EXIT_CODES,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    qsub = quar.add_subparsers(dest="action", required=True, metavar="ACTION")
+    qsub = _group(subs, "quarantine", "list quarantined input, replay it after a fix",
+                  "Messages the job could not process.")
     since = {"type": parse_since, "metavar": "WHEN",
              "help": "only rows quarantined since WHEN (ISO time, or 30m, 2h, 1d ago)"}
     p = _sub(qsub, "list", "quarantined messages not yet replayed (--all: also replayed)",
