@@ -139,3 +139,103 @@ def layout_from_gfft(urbf: Any, columns: Mapping[str, str] | None = None) -> Rec
     if not builder.items:
         raise LayoutError("GFFT describes no fields")
     return RecordLayout(tuple(builder.items), gfft_key(urbf), "gfft")
+
+
+def gfft_fields(urbf: Any) -> dict[str, Any]:
+    """A decoded URBF element as plain JSON-able data: its DSECT fields and ``groups`` (one
+    dict of URBG fields each).
+
+    Why: the element crosses Spark (the state function's rows, the ``layouts`` table's
+    ``gfft_json``) as data, and :func:`gfft_view` turns it back into what
+    :func:`layout_from_gfft` reads, so a conf's ``columns`` can be applied later.
+    """
+    fields = {k: v for k, v in urbf.fields.items() if v is not None and not isinstance(v, bytes)}
+    groups = [{k: v for k, v in g.fields.items() if v is not None and not isinstance(v, bytes)}
+              for g in (getattr(urbf, "groups", None) or [])]
+    return {**fields, "groups": groups}
+
+
+#: Character fields of URBF/URBG; every other field is a number.
+_CHAR_FIELDS = frozenset({"urbfeye", "urbfvers", "urbffnre", "urbfgfid", "urbffnam", "urbgfid",
+                          "urbgfnam", "urbgfgrp", "urbgfmtx", "urbgfrpn", "urbgffon"})
+
+
+class _View:
+    """Attribute access over a mapping of DSECT fields. A field it lacks reads as "" or 0 (a
+    hand-made GFFT, or JSON that left zeros out, need not spell every field)."""
+
+    def __init__(self, eye: str, fields: Mapping[str, Any]) -> None:
+        self.eye = eye
+        self._fields = fields
+        self.groups = [_View("URBG", g) for g in fields.get("groups", ())] if eye == "URBF" else []
+
+    def __getattr__(self, name: str) -> Any:
+        value = self.__dict__["_fields"].get(name)
+        if value is None:
+            return "" if name in _CHAR_FIELDS else 0
+        return value
+
+
+def gfft_view(fields: Mapping[str, Any]) -> Any:
+    """The URBF element :func:`gfft_fields` describes, for :func:`layout_from_gfft`/``gfft_key``."""
+    return _View("URBF", fields)
+
+
+_FORMAT_CODES: dict[str, int] = {"A": 0x01, "W": 0x01 | FMT_WIDE, "B": 0x02,
+                                 "F": 0x02 | FMT_SIGNED, "P": 0x03, "U": 0x04, "G": 0x06}
+
+
+def long_name(column: str) -> str:
+    """The URBGFNAM a column reads back from: personnel_id -> PERSONNEL-ID (see :func:`snake`)."""
+    return column.upper().replace("_", "-")
+
+
+def _urbg(spec: FieldSpec, **extra: Any) -> dict[str, Any]:
+    occ: dict[str, Any] = {}
+    if spec.occurrences is not None:
+        occ = {"urbgtype": TYPE_MU, "urbgfrfm": 1, "urbgfrno": spec.occurrences}
+    elif spec.count_field is not None:
+        occ = {"urbgtype": TYPE_MU, "urbgflag": FLAG_OPTIMIZED}
+    return {"urbgfid": spec.name, "urbgffmt": _FORMAT_CODES[spec.format],
+            "urbgflen": spec.length, "urbgfprc": spec.scale, "urbgfnam": long_name(spec.column),
+            **occ, **extra}
+
+
+def _group_urbgs(group: GroupSpec) -> list[dict[str, Any]]:
+    occ = ({"urbgfrfm": 1, "urbgfrno": group.occurrences} if group.occurrences is not None
+           else {"urbgflag": FLAG_OPTIMIZED})
+    head = {"urbgfid": group.name, "urbgffmt": 0, "urbgtype": TYPE_PE, "urbgflen": 0}
+    return [head, *(_urbg(m, urbgtype=TYPE_PE, urbgfgrp=group.name, **occ)
+                    for m in group.members)]
+
+
+def gfft_from_layout(layout: RecordLayout) -> list[dict[str, Any]]:
+    """The URBGs (as field dicts, numbered from 1) of a GFFT describing ``layout``: the inverse
+    of :func:`layout_from_gfft` given the layout's own columns (the simulator sends these).
+
+    Long names are the columns upper-cased (``personnel_id`` → ``PERSONNEL-ID``); a count field
+    ``XYC`` is a counter URBG ``XY`` before its field. Fillers have no GFFT form (LayoutError).
+    """
+    out: list[dict[str, Any]] = []
+    for item in layout.items:
+        if isinstance(item, GroupSpec):
+            out += _group_urbgs(item)
+        elif isinstance(item, FieldSpec) and item.name.endswith("C") and len(item.name) == 3:
+            out.append({**_urbg(item), "urbgfid": item.name[:2], "urbgtype": TYPE_COUNT})
+        elif isinstance(item, FieldSpec):
+            out.append(_urbg(item))
+        else:
+            raise LayoutError(f"{item!r} has no GFFT form")
+    return [{"urbgidx": i, **g} for i, g in enumerate(out, start=1)]
+
+
+def layout_columns(layout: RecordLayout) -> dict[str, str]:
+    """Short name → column of every field and group of ``layout`` (members included): the
+    ``columns`` that make :func:`layout_from_gfft` name a GFFT's fields as ``layout`` does."""
+    out: dict[str, str] = {}
+    for item in layout.items:
+        if isinstance(item, FieldSpec | GroupSpec):
+            out[item.name] = item.column
+        if isinstance(item, GroupSpec):
+            out.update({m.name: m.column for m in item.members})
+    return out

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pipeline.payload.layout import RecordLayout
+
 Origin = str  # "live" | "resend" | "initial_state"
 
 
@@ -156,8 +158,8 @@ class EpochStarted:
 
 
 @dataclass(frozen=True, slots=True)
-class StatusReceived:
-    """A URBS element with all its fields and data (landed in ``status_events``)."""
+class ElementSeen:
+    """Common shape of events about one element at one Kafka position: its fields and data."""
 
     subscription: str
     destination: str
@@ -170,6 +172,11 @@ class StatusReceived:
     elem_index: int
     urbhtime: int
     at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReceived(ElementSeen):
+    """A URBS element with all its fields and data (landed in ``status_events``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,8 +261,36 @@ class InitialStateChanged:
     at_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class GfftEvent(ElementSeen):
+    """Common shape of a GFFT (URBF + URBGs) seen in the stream.
+
+    ``fields`` is the URBF's fields with ``groups`` (``pipeline.payload.gfft.gfft_fields``),
+    ``data`` the URBF element's bytes as sent (None when the glue could not cut them out).
+    A GFFT is not transaction data: it never enters the key's state, so a repeated GFFT
+    (a redelivered message) is simply reported again with the same layout key.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutReceived(GfftEvent):
+    """A record layout version of (dbid, fnr) for this subscription (lands in ``layouts``);
+    ``layout.key`` is (URBFDBID, URBFFNR, URBFGFID, URBFTIM1). Columns are the GFFT's own
+    (snake-case long names); the typed stage applies the conf's ``columns`` to ``gfft``."""
+
+    layout: RecordLayout | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutRejected(GfftEvent):
+    """A GFFT no layout can be built from (``reason``); goes to ``quarantine``."""
+
+    reason: str = ""
+
+
 Event = (
     TransactionComplete | DuplicateDropped | GapOpened | GapRequested | GapFilled
     | GapUnrecoverable | LostContinuation | EpochStarted | StatusReceived
     | BufferLimitExceeded | Inconsistent | InitialStateRequested | InitialStateChanged
+    | LayoutReceived | LayoutRejected
 )

@@ -30,6 +30,7 @@ from pipeline.reassembly.events import (
     TransactionComplete,
     TsnrNotice,
 )
+from pipeline.reassembly.gfft import gfft_event
 from pipeline.reassembly.rows import ElementRow, messages
 from pipeline.reassembly.sequence import Verdict, classify, to_tsnr, unwrap
 from pipeline.reassembly.state import KeyState
@@ -75,7 +76,16 @@ class _Run:
 
     # ----------------------------------------------------------------- messages
     def message(self, msg: tuple[ElementRow, ...]) -> None:
-        """One Kafka message: check how it continues the open transaction, then its elements."""
+        """One Kafka message: check how it continues the open transaction, then its elements.
+
+        GFFTs (URBF) ahead of the data are reported first and then set aside, so that a
+        message's continuity checks (URBC, redelivery) look at its first data element.
+        """
+        lead = 0
+        while lead < len(msg) - 1 and msg[lead].eye == "URBF":
+            self._element(msg[lead])
+            lead += 1
+        msg = msg[lead:]
         first = msg[0]
         if first.eye in DATA_EYES:  # evidence for gap verdicts: what the replicator sent since
             sent = gaps.stck_to_unix_ms(first.urbhtime)
@@ -161,7 +171,9 @@ class _Run:
             self._status(row)
         elif eye == "URBC":
             self._inconsistent(row, None, "URBC not at the start of a message")
-        # other elements (URBU, URBF, URBG …) carry no transaction data: ignored here
+        elif eye == "URBF":  # a layout version: reported, never part of a transaction
+            self.events.append(gfft_event(row, self.key, self.st.epoch, self.now))
+        # other elements (URBU, URBI …) carry no transaction data: ignored here
 
     def _urbt(self, row: ElementRow) -> None:
         p = self.st.partial

@@ -14,6 +14,12 @@ Conventions (the Spark glue relies on them):
 - ``requests`` holds every request to send: ``kind`` 'TRAN' (one tsnr each, ``tsnr``,
   ``attempt``, ``gap_id``) or 'INST' (``initial_state``, ``dbid``, ``fnr``, ``isns``,
   ``request_id``); the columns of the other kind are None.
+- ``layouts`` holds one row per GFFT (URBF) seen: the layout version's key (dbid, fnr, gfid,
+  ``created`` = URBFTIM1, also raw as ``created_stck``), ``layout_json`` (``RecordLayout.
+  to_dict`` with the GFFT's own column names), ``ddl``, ``gfft_json`` (URBF + URBG fields, from
+  which the typed stage rebuilds the layout with the conf's ``columns``) and the URBF bytes
+  (``raw``). A GFFT seen twice gives two rows with the same key: readers keep one per key.
+  A GFFT no layout can be built from is a ``quarantine`` row (source ``gfft``, eye URBF).
 - INST tracking has no table of its own: each transition is an alert ``initial_state_<state>``
   (requested, started, completed: info; overdue: warning; failed: critical) whose details name
   the request, so ``requests`` + ``alerts`` tell an INST request's whole story.
@@ -25,6 +31,7 @@ import json
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 
+from pipeline.payload import spark_ddl
 from pipeline.reassembly.events import (
     BufferLimitExceeded,
     DuplicateDropped,
@@ -38,13 +45,15 @@ from pipeline.reassembly.events import (
     Inconsistent,
     InitialStateChanged,
     InitialStateRequested,
+    LayoutReceived,
+    LayoutRejected,
     LostContinuation,
     StatusReceived,
     TransactionComplete,
 )
 
 TABLES = ("transactions", "records", "images", "status_events", "gaps", "alerts", "requests",
-          "quarantine", "duplicates")
+          "quarantine", "duplicates", "layouts")
 TOD_EPOCH = datetime(1900, 1, 1, tzinfo=UTC)
 UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 ALERT_STATUSES = frozenset({"LOST", "DEAC"})
@@ -235,6 +244,29 @@ def _inconsistent(e: Inconsistent, now_ms: int, out: Rows) -> None:
     })
 
 
+def _layout(e: LayoutReceived, now_ms: int, out: Rows) -> None:
+    lay = e.layout
+    assert lay is not None and lay.key is not None
+    out["layouts"].append({
+        **_names(e), "dbid": lay.key.dbid, "fnr": lay.key.fnr, "gfid": lay.key.gfid,
+        "created": stck_to_datetime(lay.key.created), "created_stck": lay.key.created,
+        "file_name": _s(e.fields, "urbffnam"), "field_count": len(e.fields.get("groups") or ()),
+        "layout_json": json.dumps(lay.to_dict(), sort_keys=True), "ddl": spark_ddl(lay),
+        "gfft_json": _json(e.fields), "raw": e.data, "topic": e.topic, "partition": e.partition,
+        "offset": e.offset, "elem_index": e.elem_index,
+        "sent_time": stck_to_datetime(e.urbhtime), "received_at": ms_to_datetime(e.at_ms),
+    })
+
+
+def _layout_rejected(e: LayoutRejected, now_ms: int, out: Rows) -> None:
+    out["quarantine"].append({
+        **_names(e), "source": "gfft", "tsnr": None, "reason": e.reason, "topic": e.topic,
+        "partition": e.partition, "offset": e.offset, "elem_index": e.elem_index,
+        "eye": "URBF", "raw": e.data, "fields_json": _json(e.fields),
+        "quarantined_at": ms_to_datetime(e.at_ms),
+    })
+
+
 def _duplicate(e: DuplicateDropped, now_ms: int, out: Rows) -> None:
     out["duplicates"].append({
         **_names(e), "tsnr": e.tsnr, "reason": e.reason, "topic": e.topic,
@@ -279,4 +311,5 @@ _HANDLERS: dict[type, Callable[..., None]] = {
     EpochStarted: _epoch, StatusReceived: _status, BufferLimitExceeded: _buffer,
     Inconsistent: _inconsistent, DuplicateDropped: _duplicate,
     InitialStateRequested: _inst_requested, InitialStateChanged: _inst_changed,
+    LayoutReceived: _layout, LayoutRejected: _layout_rejected,
 }

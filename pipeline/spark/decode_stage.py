@@ -27,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from pipeline.payload.gfft import gfft_fields
 from pipeline.reassembly.rows import ElementRow
 from pipeline.urb import UrbFormatError, decode_message
 from pipeline.urb.layouts import ELEMENT_TABLES
@@ -120,11 +121,13 @@ class RecordDecoder:
             names = _FIELD_NAMES.get(el.eye)
             fields = ({k: v for k, v in el.fields.items() if v is not None and k in names}
                       if names is not None else {})
+            data = (el.data or None) if el.eye == "URBS" else None
+            if el.eye == "URBF":  # a GFFT: its URBGs as data, its bytes for the layouts table
+                fields, data = gfft_fields(el), value[el.offset:el.offset + (el.urbflen or 0)]
             out.append(ElementRow(
                 topic=topic, partition=partition, offset=offset, elem_index=index,
                 urbhmsnr=head.urbhmsnr, urbhtime=head.urbhtime or 0, eye=el.eye, fields=fields,
-                payload=el.payload if el.eye == "URBD" else None,
-                data=(el.data or None) if el.eye == "URBS" else None))
+                payload=el.payload if el.eye == "URBD" else None, data=data))
         return out, (list(msg.warnings) if part == 0 else [])
 
     def _keys(self, destination: str, elements: list[Any], kafka_key: bytes | None

@@ -59,6 +59,13 @@ SCHEMAS: dict[str, str] = {
     "duplicates": (
         f"{_NAMES}, tsnr bigint, reason string, topic string, partition int, offset bigint, "
         "dropped_at timestamp"),
+    # One row per GFFT (URBF) seen: a record layout version of (dbid, fnr) for the
+    # subscription, keyed (dbid, fnr, gfid, created = URBFTIM1); repeats share the key.
+    "layouts": (
+        f"{_NAMES}, dbid int, fnr int, gfid string, created timestamp, created_stck bigint, "
+        "file_name string, field_count int, layout_json string, ddl string, gfft_json string, "
+        "raw binary, topic string, partition int, offset bigint, elem_index int, "
+        "sent_time timestamp, received_at timestamp"),
     # Utility/lifecycle events replayed on the typed tables (pipeline/spark/lifecycle.py): one
     # row per (status event, typed table it concerns), or one with no table when none does.
     "schema_events": (
@@ -74,7 +81,8 @@ SCHEMAS: dict[str, str] = {
         "file_name string, version bigint, truncated_before timestamp, event_id string, "
         "st string, action string, run_id string, updated_at timestamp, seq int"),
 }
-BLOB_COLUMN = {"images": "payload", "status_events": "data", "quarantine": "raw"}
+BLOB_COLUMN = {"images": "payload", "status_events": "data", "quarantine": "raw",
+               "layouts": "raw"}
 TABLES = tuple(SCHEMAS)
 
 

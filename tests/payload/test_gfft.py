@@ -6,6 +6,8 @@ import json
 from decimal import Decimal
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from pipeline.payload import (
     FieldSpec,
@@ -13,11 +15,13 @@ from pipeline.payload import (
     LayoutError,
     LayoutKey,
     LayoutRegistry,
+    RecordLayout,
     decode_payload,
     encode_payload,
     layout_from_gfft,
     parse_format_buffer,
 )
+from pipeline.payload.gfft import gfft_fields, gfft_from_layout, gfft_view, layout_columns
 from pipeline.urb import Element, decode_message, encode_message, make_element
 
 URBGS = [
@@ -182,3 +186,77 @@ def test_registry_versions_and_fallback() -> None:
     assert again.resolve(10006, 9) == reg2.resolve(10006, 9)
     with pytest.raises(ValueError, match="needs a key"):
         reg.with_layout(conf)
+
+
+# ------------------------------------------------------------------ GFFT from a layout
+_SHORT = st.sampled_from([a + b for a in "ABDEFHIJKLMNO" for b in "ABDEFGHIJKLMNO"])
+_FIELD_FORMATS = st.sampled_from([("A", 8), ("A", 1), ("W", 6), ("B", 2), ("B", 9), ("F", 4),
+                                  ("P", 4), ("P", 15), ("U", 5), ("G", 8)])
+
+
+@st.composite
+def gfft_layouts(draw: st.DrawFn) -> RecordLayout:
+    """Layouts a GFFT can express: fields, MU fields (fixed or counted), PE groups."""
+    names = draw(st.lists(_SHORT, min_size=1, max_size=6, unique=True))
+    items: list = []
+    for name in names:
+        fmt, length = draw(_FIELD_FORMATS)
+        scale = draw(st.integers(0, 2)) if fmt in "PU" else 0
+        kind = draw(st.sampled_from(["one", "mu", "counted", "pe"]))
+        column = name.lower() + "_col"
+        if kind == "one":
+            items.append(FieldSpec(name, column, fmt, length, scale))
+        elif kind == "mu":
+            items.append(FieldSpec(name, column, fmt, length, scale,
+                                   occurrences=draw(st.integers(1, 4))))
+        elif kind == "counted":
+            items += [FieldSpec(f"{name}C", f"{column}_count", "B", 1),
+                      FieldSpec(name, column, fmt, length, scale, count_field=f"{name}C")]
+        else:
+            member = FieldSpec(name.lower()[::-1].upper(), "member", fmt, length, scale)
+            items.append(GroupSpec(f"G{name[1]}", f"g_{name.lower()}", (member,),
+                                   occurrences=draw(st.integers(1, 3))))
+    assume(len({i.name for i in items}) == len(items))
+    return RecordLayout(tuple(items))
+
+
+@given(layout=gfft_layouts(), ebcdic=st.booleans())
+@settings(max_examples=150, deadline=None)
+def test_gfft_round_trip(layout: RecordLayout, ebcdic: bool) -> None:
+    """layout → URBGs → wire bytes → decoded URBF → layout: the same items, keyed by the URBF."""
+    groups = gfft_from_layout(layout)
+    urbf = make_element("URBF", urbfdbid=10006, urbffnr=9, urbfgfid="GFB", urbftim1=77,
+                        groups=groups)
+    data = encode_message(make_element("URBH"), [urbf], ebcdic=ebcdic, big_endian=ebcdic)
+    decoded = decode_message(data).elements[0]
+    again = layout_from_gfft(decoded, layout_columns(layout))
+    assert again.items == layout.items
+    assert again.key == LayoutKey(10006, 9, "GFB", 77)
+    # what crosses Spark (gfft_fields as JSON) builds the same layout
+    view = gfft_view(json.loads(json.dumps(gfft_fields(decoded))))
+    assert layout_from_gfft(view, layout_columns(layout)) == again
+
+
+def test_gfft_from_layout_names_and_refuses_fillers() -> None:
+    lay = parse_format_buffer("AA,8,A,AZC,1,B,AZ1-N,3,A.", {"AA": "personnel_id", "AZ": "lang"})
+    urbgs = gfft_from_layout(lay)
+    assert [(g["urbgfid"], g["urbgfnam"], g.get("urbgtype", 0)) for g in urbgs] == [
+        ("AA", "PERSONNEL-ID", 0), ("AZ", "LANG-COUNT", 4), ("AZ", "LANG", 2)]
+    # without conf columns the long names give the same columns back
+    urbf = make_element("URBF", urbfdbid=1, urbffnr=2, urbftim1=3, groups=urbgs)
+    assert layout_from_gfft(urbf).items == lay.items
+    with pytest.raises(LayoutError, match="no GFFT form"):
+        gfft_from_layout(parse_format_buffer("AA,8,A,5X."))
+
+
+def test_registry_resolves_by_commit_time() -> None:
+    """The version that applies to a transaction is the newest created at or before its
+    commit time; before the first version the conf layout applies."""
+    conf = parse_format_buffer("AA,8,A")
+    reg = LayoutRegistry().with_conf(10006, 9, conf)
+    for created, gfid in ((3000, "V3"), (1000, "V1"), (2000, "V2")):
+        reg = reg.with_gfft(_urbf(True, created, gfid=gfid))
+    at = {t: reg.resolve(10006, 9, at=t) for t in (999, 1000, 1999, 2000, 2500, 9999)}
+    assert at[999] is conf
+    assert [at[t].key.gfid for t in (1000, 1999, 2000, 2500, 9999)] == [  # type: ignore[union-attr]
+        "V1", "V1", "V2", "V2", "V3"]
