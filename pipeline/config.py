@@ -17,10 +17,13 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+if TYPE_CHECKING:
+    from pipeline.payload import RecordLayout
 
 ENV_PREFIX = "URBPIPE__"
 DEFAULT_CONF = Path(__file__).resolve().parent.parent / "conf" / "local.yaml"
@@ -257,19 +260,27 @@ TYPED_KEY_COLUMNS = frozenset({
 
 
 class Layout(_Model):
-    """The record layout of one (subscription, dbid, fnr), written as a replicator format buffer.
+    """The record layout of one (subscription, dbid, fnr): a replicator format buffer, the
+    GFFTs the stream sends (``gfft``), or both.
 
     It turns the file's URBD images into typed columns (``changes_<sub>_<fnr>``,
     ``current_<sub>_<fnr>``, with ``deletes: remove`` ``tombstones_<sub>_<fnr>``, with
     ``history`` ``history_<sub>_<fnr>``); the format buffer is parsed here so a bad one fails
     at start. ``tombstone_retention_days`` (None: for ever) bounds how long a removed ISN keeps
     its delete's version: a change older than the delete arriving later than that revives it.
+
+    ``gfft``: ``prefer`` (default) decodes an image with the subscription's GFFT version that
+    applies at its commit time and falls back to the format buffer; ``require`` uses GFFTs
+    only (no format buffer allowed); ``ignore`` uses the format buffer only (required).
+    Without a format buffer the tables start with their key columns and take the value
+    columns from the first GFFT (``pipeline.typed.layouts``).
     """
 
     subscription: str
     dbid: int = Field(ge=1, le=65535)
     fnr: int = Field(ge=1, le=65535)
-    format_buffer: str
+    format_buffer: str | None = None
+    gfft: Literal["prefer", "ignore", "require"] = "prefer"
     columns: dict[str, str] = Field(default_factory=dict)
     scales: dict[str, int] = Field(default_factory=dict)
     fdt: dict[str, str] = Field(default_factory=dict)
@@ -282,14 +293,14 @@ class Layout(_Model):
 
     @model_validator(mode="after")
     def _parses(self) -> Layout:
-        from pipeline.payload import LayoutError, layout_from_conf, spark_ddl
-
-        try:
-            layout = layout_from_conf(self.layout_conf())
-            spark_ddl(layout)
-        except LayoutError as exc:
-            raise ValueError(f"format_buffer: {exc}") from None
-        names = [i.column for i in layout.items if hasattr(i, "column")]
+        if self.gfft == "ignore" and not self.format_buffer:
+            raise ValueError("format_buffer is required with gfft: ignore")
+        if self.gfft == "require" and self.format_buffer:
+            raise ValueError("gfft: require takes the layout from the stream only: "
+                             "drop format_buffer, or use gfft: prefer")
+        layout = self.conf_layout()
+        names = ([i.column for i in layout.items if hasattr(i, "column")] if layout
+                 else list(self.columns.values()))
         for name in names:
             # a leading "_" is left to the job's own working columns (pipeline/spark/typed.py)
             if name in TYPED_KEY_COLUMNS or not re.match(r"^[a-z][a-z0-9_]*$", name):
@@ -298,8 +309,21 @@ class Layout(_Model):
             raise ValueError("two fields map to the same column")
         return self
 
+    def conf_layout(self) -> RecordLayout | None:
+        """The format buffer's layout (None without one); a bad one is a ValueError."""
+        from pipeline.payload import LayoutError, layout_from_conf, spark_ddl
+
+        if not self.format_buffer:
+            return None
+        try:
+            layout = layout_from_conf(self.layout_conf())
+            spark_ddl(layout)
+        except LayoutError as exc:
+            raise ValueError(f"format_buffer: {exc}") from None
+        return layout
+
     def layout_conf(self) -> dict[str, Any]:
-        """The mapping ``pipeline.payload.layout_from_conf`` takes."""
+        """The mapping ``pipeline.payload.layout_from_conf`` takes (needs a format buffer)."""
         return {"format_buffer": self.format_buffer, "columns": self.columns,
                 "scales": self.scales, "fdt": self.fdt, "groups": self.groups,
                 "dbid": self.dbid, "fnr": self.fnr}

@@ -96,8 +96,8 @@ def apply_lifecycle(spark: SparkSession, batch: DataFrame, batch_id: int, settin
     statuses = replay(previous, steps)
     status_rows = [_status_row(s, e, app_id, i) for i, (s, (e, _, _)) in enumerate(
         zip(statuses, steps, strict=True))]
-    _append(spark, event_rows, "schema_events", settings, app_id, batch_id)
-    _append(spark, status_rows, "file_status", settings, app_id, batch_id)
+    append_rows(spark, event_rows, "schema_events", settings, app_id, batch_id)
+    append_rows(spark, status_rows, "file_status", settings, app_id, batch_id)
     applier.label_tables(statuses, layouts)
     log.info("lifecycle batch %s: %s events, %s file transitions", batch_id, len(event_rows),
              len(status_rows))
@@ -165,6 +165,10 @@ class _Applier:
         current = f"current_{target.suffix}"
         if event.action is Action.TRUNCATE:
             return Outcome(current, self._truncate(current, event.at))
+        if event.action in (Action.ADD_COLUMNS, Action.WIDEN) \
+                and not target.layout_conf.get("format_buffer"):
+            return Outcome(current, "recorded: the layout comes from the stream's GFFTs; the "
+                           "tables follow the next GFFT version")
         if event.action is Action.ADD_COLUMNS:
             return self._add_columns(target)
         if event.action is Action.WIDEN:
@@ -249,7 +253,7 @@ def reconcile_target(spark: SparkSession, settings: Settings, target: Target) ->
 
 def reconcile_tables(spark: SparkSession, settings: Settings) -> list[str]:
     """``reconcile_target`` for every configured layout (after a layout change in conf)."""
-    return [c for lay in settings.layouts for c in reconcile_target(
+    return [c for lay in settings.layouts if lay.format_buffer for c in reconcile_target(
         spark, settings, Target(lay.subscription, lay.dbid, lay.fnr, lay.layout_conf()))]
 
 
@@ -277,8 +281,10 @@ def _status_row(s: FileStatus, event: LifecycleEvent, app_id: str, seq: int) -> 
     }
 
 
-def _append(spark: SparkSession, rows: list[dict[str, Any]], table: str, settings: Settings,
-            app_id: str, batch_id: int) -> None:
+def append_rows(spark: SparkSession, rows: list[dict[str, Any]], table: str,
+                settings: Settings, app_id: str, batch_id: int) -> None:
+    """Append rows to a raw table once per (``app_id``-``table``, batch): each writer of a
+    table in a batch needs its own ``app_id``, or Delta skips the second append."""
     from pyspark.sql.types import StructType
 
     if not rows:

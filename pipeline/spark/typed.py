@@ -28,13 +28,16 @@ rows whatever the committed ones changed (see ``unburied``, ``history_source``).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Layout, Settings
-from pipeline.payload import layout_from_conf, spark_ddl
+from pipeline.payload import spark_ddl
+from pipeline.spark.lifecycle import append_rows
 from pipeline.spark.sinks import _TS_FORMAT
+from pipeline.spark.stream_layouts import prepare_file, read_versions
 from pipeline.spark.tables import BLOB_COLUMN, SCHEMAS, json_schema, table_path
-from pipeline.typed.decoding import ERROR_COLUMN, DecodeSpec, decode_rows
+from pipeline.typed.decoding import ERROR_COLUMN, DecodeSpec, VersionedSpec, decode_rows
+from pipeline.typed.layouts import FileLayouts
 from pipeline.typed.versioning import RSP_ISN_NOT_FOUND
 
 if TYPE_CHECKING:
@@ -66,9 +69,16 @@ _created: set[str] = set()
 
 
 def decode_spec(settings: Settings, lay: Layout) -> DecodeSpec:
+    """The conf layout's spec (``gfft: ignore``, or no GFFT for the file yet)."""
+    layout = lay.conf_layout()
+    assert layout is not None, "decode_spec needs a format buffer"
+    return DecodeSpec(layout, **_form(settings, lay))
+
+
+def _form(settings: Settings, lay: Layout) -> dict[str, Any]:
     sub = next(s for s in settings.subscriptions if s.name == lay.subscription)
-    return DecodeSpec(layout_from_conf(lay.layout_conf()), ebcdic=sub.ebcdic,
-                      codepage=lay.codepage or settings.replicator.codepage, empty=lay.empty)
+    return {"ebcdic": sub.ebcdic, "codepage": lay.codepage or settings.replicator.codepage,
+            "empty": lay.empty}
 
 
 def changes_table(lay: Layout) -> str:
@@ -87,18 +97,25 @@ def history_table(lay: Layout) -> str:
     return f"history_{lay.table_suffix()}"
 
 
-def change_ddl(lay: Layout) -> str:
-    return f"{CHANGE_KEYS_DDL}, {spark_ddl(layout_from_conf(lay.layout_conf()))}, batch_id bigint"
+def _values(lay: Layout, values: str | None) -> list[str]:
+    """The value columns' DDL as a list part: given, else the conf layout's, else none (a
+    GFFT-only file starts with its key columns; the first GFFT adds the values)."""
+    conf = lay.conf_layout()
+    ddl = values if values is not None else (spark_ddl(conf) if conf is not None else "")
+    return [ddl] if ddl else []
 
 
-def current_ddl(lay: Layout) -> str:
-    values = spark_ddl(layout_from_conf(lay.layout_conf()))
-    return f"isn bigint, {values}, {CURRENT_META_DDL}, batch_id bigint"
+def change_ddl(lay: Layout, values: str | None = None) -> str:
+    return ", ".join([CHANGE_KEYS_DDL, *_values(lay, values), "batch_id bigint"])
 
 
-def history_ddl(lay: Layout) -> str:
-    values = spark_ddl(layout_from_conf(lay.layout_conf()))
-    return f"isn bigint, {values}, {INTERVAL_DDL}, {CURRENT_META_DDL}, batch_id bigint"
+def current_ddl(lay: Layout, values: str | None = None) -> str:
+    return ", ".join(["isn bigint", *_values(lay, values), CURRENT_META_DDL, "batch_id bigint"])
+
+
+def history_ddl(lay: Layout, values: str | None = None) -> str:
+    return ", ".join(["isn bigint", *_values(lay, values), INTERVAL_DDL, CURRENT_META_DDL,
+                      "batch_id bigint"])
 
 
 def typed_tables(lay: Layout) -> list[tuple[str, str]]:
@@ -393,14 +410,18 @@ def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, set
         newest = {(r["subscription"], r["dbid"], r["fnr"]): r["newest_us"] for r in (
             recs.groupBy("subscription", "dbid", "fnr")
             .agg(F.max(F.unix_micros("commit_time")).alias("newest_us")).collect())}
+        specs, events = _specs(spark, settings, batch, batch_id, bool(newest))
         for lay in settings.layouts:
             key = (lay.subscription, lay.dbid, lay.fnr)
             if key not in newest:
                 continue
             horizon = (None if newest[key] is None or lay.tombstone_retention_days is None
                        else newest[key] - int(lay.tombstone_retention_days * _DAY_US))
-            counts.update(_write_file(spark, lay, settings, recs, imgs, batch_id, app_id,
-                                      horizon))
+            counts.update(_write_file(spark, lay, settings, specs[lay.table_suffix()], recs,
+                                      imgs, batch_id, app_id, horizon))
+        if events:
+            append_rows(spark, events, "schema_events", settings, f"{app_id}-gfft", batch_id)
+            counts["schema_events_gfft"] = len(events)
     finally:
         recs.unpersist()
     if counts:
@@ -408,20 +429,49 @@ def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, set
     return counts
 
 
-def _write_file(spark: SparkSession, lay: Layout, settings: Settings, recs: DataFrame,
-                imgs: DataFrame, batch_id: int, app_id: str,
-                horizon_us: int | None) -> dict[str, int]:
-    """One file's batch: decode and append its images, then MERGE its records."""
+def _specs(spark: SparkSession, settings: Settings, batch: DataFrame, batch_id: int,
+           files_present: bool) -> tuple[dict[str, DecodeSpec | VersionedSpec],
+                                         list[dict[str, Any]]]:
+    """Each file's decode spec (by table suffix): its GFFT versions with the conf as fallback
+    (``pipeline.spark.stream_layouts``), or the conf layout alone; and the ``schema_events``
+    rows of the GFFT versions first seen in this batch."""
+    versions = read_versions(spark, settings, batch, batch_id, files_present)
+    specs: dict[str, DecodeSpec | VersionedSpec] = {}
+    events: list[dict[str, Any]] = []
+    for lay in settings.layouts:
+        fv = versions.get(lay.table_suffix())
+        if fv is None or (not fv.layouts.versions and lay.format_buffer):
+            specs[lay.table_suffix()] = (decode_spec(settings, lay) if lay.format_buffer else
+                                         VersionedSpec(FileLayouts(None), {},
+                                                       **_form(settings, lay)))
+            continue
+        tables = [name for name, _ in typed_tables(lay) if not name.startswith("tombstones_")]
+        spec, rows = prepare_file(spark, settings, lay, fv, tables, _form(settings, lay))
+        specs[lay.table_suffix()] = spec
+        events += [{**r, "seq": len(events) + i} for i, r in enumerate(rows)]
+    return specs, events
+
+
+def _write_file(spark: SparkSession, lay: Layout, settings: Settings,
+                spec: DecodeSpec | VersionedSpec, recs: DataFrame, imgs: DataFrame,
+                batch_id: int, app_id: str, horizon_us: int | None) -> dict[str, int]:
+    """One file's batch: decode and append its images, then MERGE its records.
+
+    Each image is decoded by the layout ``spec`` picks for its commit time; an image no
+    layout can decode (none yet, a refused version, bytes that do not fit) is quarantined.
+    """
     from pyspark.sql import functions as F
 
-    spec = decode_spec(settings, lay)
     values = spec.columns
     mine = ((F.col("subscription") == lay.subscription) & (F.col("dbid") == lay.dbid)
             & (F.col("fnr") == lay.fnr))
-    file_imgs = imgs.where(mine)
+    file_imgs = imgs.where(mine).withColumn("_commit_us", F.unix_micros("commit_time"))
     schema = f"{', '.join(f'`{f.name}` {f.dataType.simpleString()}' for f in file_imgs.schema)}"
-    out_ddl = f"{schema}, {spark_ddl(spec.layout)}, {ERROR_COLUMN} string"
-    decoded = file_imgs.mapInPandas(lambda it: decode_rows(it, spec), out_ddl).persist()
+    value_ddl = (spark_ddl(spec.layout) if isinstance(spec, DecodeSpec)
+                 else ", ".join(f"`{c}` {t}" for c, t in spec.types.items()))
+    out_ddl = ", ".join(p for p in (schema, value_ddl, f"{ERROR_COLUMN} string") if p)
+    decoded = (file_imgs.mapInPandas(lambda it: decode_rows(it, spec), out_ddl)
+               .drop("_commit_us").persist())
     try:
         good = decoded.where(F.col(ERROR_COLUMN).isNull())
         bad = decoded.where(F.col(ERROR_COLUMN).isNotNull())
@@ -436,8 +486,9 @@ def _write_file(spark: SparkSession, lay: Layout, settings: Settings, recs: Data
             _append(_quarantine_rows(bad, lay, batch_id), table_path(settings, "quarantine"),
                     f"{app_id}-quarantine-{name}", batch_id)
         file_recs = recs.where(mine)
-        _merge_file(spark, lay, settings, record_changes(file_recs, good, values), values,
-                    batch_id, app_id, horizon_us)
+        if values:  # a file with no layout yet has no value columns to MERGE
+            _merge_file(spark, lay, settings, record_changes(file_recs, good, values), values,
+                        batch_id, app_id, horizon_us)
         return {name: n_changes, current_table(lay): file_recs.count(),
                 f"quarantine_{name}": n_bad}
     finally:

@@ -8,8 +8,8 @@ share them — instead of once per image.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -18,12 +18,14 @@ import pandas as pd
 from pipeline.payload import (
     FieldSpec,
     GroupSpec,
+    LayoutKey,
     PayloadDecoder,
     PayloadError,
     RecordLayout,
     payload_form,
     spark_type,
 )
+from pipeline.typed.layouts import FileLayouts
 
 ERROR_COLUMN = "_error"
 
@@ -52,6 +54,37 @@ class DecodeSpec:
                             wcode=wcode, arc=arc)
         return PayloadDecoder(self.layout, form, empty=self.empty)  # type: ignore[arg-type]
 
+    def pick(self, commit_us: int | None) -> tuple[DecodeSpec | None, str | None]:
+        """One layout decodes every image."""
+        return self, None
+
+
+@dataclass(frozen=True)
+class VersionedSpec:
+    """A file whose images are decoded by the layout that applies at their commit time
+    (``pipeline.typed.layouts``): ``types`` is the tables' value columns and their Spark types
+    (the union of the layouts'); ``refused`` maps a version's key to why its images are
+    quarantined."""
+
+    layouts: FileLayouts
+    types: Mapping[str, str]
+    ebcdic: bool
+    codepage: str = "cp037"
+    empty: str = "keep"
+    refused: Mapping[LayoutKey, str] = field(default_factory=dict)
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.types)
+
+    def pick(self, commit_us: int | None) -> tuple[DecodeSpec | None, str | None]:
+        layout = self.layouts.pick(commit_us)
+        if layout is None:
+            return None, "no layout for this file yet (no format buffer, no GFFT received)"
+        if layout.key in self.refused:
+            return None, self.refused[layout.key]
+        return DecodeSpec(layout, self.ebcdic, self.codepage, self.empty), None
+
 
 def _as_decimal(value: Any) -> Any:
     if isinstance(value, list):
@@ -76,22 +109,34 @@ def decode_one(spec: DecodeSpec, cache: dict[tuple[int, int, int], Any], payload
     return values, None
 
 
-def decode_rows(frames: Iterator[pd.DataFrame], spec: DecodeSpec) -> Iterator[pd.DataFrame]:
+def decode_rows(frames: Iterator[pd.DataFrame], spec: DecodeSpec | VersionedSpec
+                ) -> Iterator[pd.DataFrame]:
     """Each input frame with the decoded columns and ``_error`` added (values None on error).
 
-    Input columns used: ``payload``, ``acode``, ``wcode``, ``arc``; all others pass through.
+    Input columns used: ``payload``, ``acode``, ``wcode``, ``arc`` and, for a
+    :class:`VersionedSpec`, ``_commit_us`` (the commit time in µs since 1970); all others pass
+    through. A column the image's layout lacks is None.
     """
-    cache: dict[tuple[int, int, int], Any] = {}
+    # by id: the layouts are the spec's own objects for the whole call (hashing one per image
+    # would cost more than the decode)
+    caches: dict[int, dict[tuple[int, int, int], Any]] = {}
+    chosen: dict[int, DecodeSpec] = {}
     columns = spec.columns
     for pdf in frames:
         values: dict[str, list[Any]] = {c: [] for c in columns}
         errors: list[str | None] = []
-        for payload, acode, wcode, arc in zip(pdf["payload"], pdf["acode"], pdf["wcode"],
-                                              pdf["arc"], strict=True):
-            row, error = decode_one(spec, cache, payload, acode, wcode, arc)
+        commits = pdf["_commit_us"] if "_commit_us" in pdf else [None] * len(pdf)
+        for payload, acode, wcode, arc, commit in zip(
+                pdf["payload"], pdf["acode"], pdf["wcode"], pdf["arc"], commits, strict=True):
+            one, error = spec.pick(None if commit is None or pd.isna(commit) else int(commit))
+            row = None
+            if one is not None:
+                one = chosen.setdefault(id(one.layout), one)
+                row, error = decode_one(one, caches.setdefault(id(one.layout), {}), payload,
+                                        acode, wcode, arc)
             errors.append(error)
             for c in columns:
-                values[c].append(None if row is None else row[c])
+                values[c].append(None if row is None else row.get(c))
         out = pdf.copy()
         for c in columns:
             out[c] = pd.Series(values[c], index=pdf.index, dtype=object)
