@@ -139,6 +139,15 @@ def build_parser() -> argparse.ArgumentParser:
         "15:AUTI:EMPLOYEE:9:change_field_length:fieldname=AS,newlength=7 "
         "(see pipeline/sim/utility.py)",
     )
+    what.add_argument(
+        "--gfft",
+        action="append",
+        type=int,
+        default=[],
+        metavar="FNR",
+        help="send the GFFT (URBF+URBGs of the payload layout) of file FNR after STRT and "
+        "REST, for a job that takes its layouts from the stream (repeatable)",
+    )
     faults.add_argument(
         "--wrap",
         action="store_true",
@@ -162,6 +171,8 @@ def _config(args: argparse.Namespace) -> SimConfig:
     if args.utility_event:
         parsed = tuple(parse_spec(spec) for spec in args.utility_event)
         update["utility_events"] = config.utility_events + parsed
+    if args.gfft:
+        update["gfft_files"] = tuple(dict.fromkeys((*config.gfft_files, *args.gfft)))
     if args.max_records:
         mix = config.mix.model_copy(update={"max_records": args.max_records})
         update["mix"] = mix.model_copy(

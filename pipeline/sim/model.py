@@ -141,6 +141,7 @@ class SimConfig(_Frozen):
     subscriptions: tuple[Subscription, ...] = Field(min_length=1)
     initial_states: tuple[InitialStateDef, ...] = ()
     utility_events: tuple[UtilityEvent, ...] = ()  # statuses sent before transaction `at`
+    gfft_files: tuple[int, ...] = ()  # files whose GFFT goes out at STRT and REST (gfft.py)
 
     @model_validator(mode="after")
     def _references(self) -> SimConfig:

@@ -23,6 +23,7 @@ from pipeline.sim import responder
 from pipeline.sim.clock import Clock, SimClock, stck
 from pipeline.sim.elements import Part, TxFlags, element_size, status_part, transaction_parts
 from pipeline.sim.faults import WRAP_START, FaultPlan, FaultSchedule, next_tsnr
+from pipeline.sim.gfft import gfft_part
 from pipeline.sim.model import SimConfig, Subscription
 from pipeline.sim.outbox import Body, Delivery, Outbox
 from pipeline.sim.packer import Packer, minimum_message_size
@@ -87,8 +88,9 @@ class Replicator:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> list[Delivery]:
-        """STRT on every destination: the replicator's initialisation (rule 14)."""
-        return self._lifecycle("STRT")
+        """STRT on every destination: the replicator's initialisation (rule 14); then the
+        GFFTs of ``gfft_files``."""
+        return self._lifecycle("STRT") + self.gffts()
 
     def terminate(self) -> list[Delivery]:
         """Send what is pending, then TERM on every destination (rule 15)."""
@@ -102,7 +104,18 @@ class Replicator:
             state.tsnr = 0
         for buffer in self.buffers.values():
             buffer.clear()
-        return out + self._lifecycle("REST")
+        return out + self._lifecycle("REST") + self.gffts()
+
+    def gffts(self) -> list[Delivery]:
+        """A GFFT (URBF + URBGs of the subscription's layout) for each file of
+        ``gfft_files`` a subscription replicates, created now, in a message of its own."""
+        out: list[Delivery] = []
+        for sub in self.config.subscriptions:
+            for fnr in (f for f in self.config.gfft_files if f in sub.files):
+                part = gfft_part(sub, fnr, stck(self.clock.now()))
+                for dest in sub.destinations:
+                    out += self.outbox.send(dest, sub.name, [part], sub.encoding)
+        return out
 
     def _lifecycle(self, st: str) -> list[Delivery]:
         out: list[Delivery] = []
