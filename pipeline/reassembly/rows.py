@@ -58,6 +58,8 @@ class ElementRow:
     def char(self, name: str) -> str:
         """A character field, stripped; '' when absent (a short, older DSECT)."""
         value = self.fields.get(name)
+        if value.__class__ is str:  # the decoder's own rows: the common case, kept cheap
+            return value.strip()  # type: ignore[union-attr]
         if value is None or _is_nan(value):
             return ""
         if isinstance(value, bytes | bytearray):
@@ -66,7 +68,8 @@ class ElementRow:
 
     def num(self, name: str) -> int:
         """A binary field as int; 0 when absent. Single-byte fields may arrive as bytes."""
-        return _int(self.fields.get(name))
+        value = self.fields.get(name)
+        return value if value.__class__ is int else _int(value)  # type: ignore[return-value]
 
     def flag(self, name: str) -> bool:
         """A one-character indicator field such as URBTRSND: True only for 'Y'."""

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+import orjson
 import pandas as pd
 
 from pipeline.reassembly import KeyState, ReassemblyConfig, step
@@ -85,7 +86,9 @@ def to_output(tables: dict[str, list[dict[str, Any]]]) -> pd.DataFrame:
             elif table == "gaps":  # transitions of one batch keep their order
                 row = {**row, "seq": len(out_table)}
             out_table.append(table)
-            out_json.append(json.dumps(row, separators=(",", ":"), default=_jsonable))
+            # orjson writes what json.dumps(default=_jsonable) wrote (datetimes as ISO 8601
+            # with offset), several times faster: this is the per-row cost of the hand-over.
+            out_json.append(orjson.dumps(row, default=_jsonable).decode())
             out_blob.append(blob)
     # object dtype even when empty: an empty list makes a float64 column, which pyarrow turns
     # into a ChunkedArray for string/binary and transformWithStateInPandas then fails.
