@@ -72,11 +72,13 @@ class Scenario:
               faults: dict[str, int] | None = None, max_message_size: int = 4096,
               subscriptions: list[dict] | None = None,
               gaps: dict[str, Any] | None = None, layouts: bool = False,
-              stream: dict[str, Any] | None = None) -> Scenario:
+              stream: dict[str, Any] | None = None, gfft: tuple[int, ...] = ()) -> Scenario:
+        """``gfft``: files whose GFFT the simulator sends after STRT (``--gfft``)."""
         settings, path = scenario_settings(tmp_path, name, subscriptions=subscriptions,
                                            gaps=gaps, layouts=layouts, stream=stream)
         config = from_settings(settings).model_copy(
-            update={"max_message_size": max_message_size, "c5_rate": 0.0})
+            update={"max_message_size": max_message_size, "c5_rate": 0.0,
+                    "gfft_files": gfft})
         plan = FaultPlan(counts=faults or {})
         rep = Replicator(config, seed, faults=plan, transactions=transactions)
         deliveries, sent = generate(rep, transactions)
