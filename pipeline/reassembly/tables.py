@@ -15,11 +15,11 @@ Conventions (the Spark glue relies on them):
   ``attempt``, ``gap_id``) or 'INST' (``initial_state``, ``dbid``, ``fnr``, ``isns``,
   ``request_id``); the columns of the other kind are None.
 - ``layouts`` holds one row per GFFT (URBF) seen: the layout version's key (dbid, fnr, gfid,
-  ``created`` = URBFTIM1, also raw as ``created_stck``), ``layout_json`` (``RecordLayout.
-  to_dict`` with the GFFT's own column names), ``ddl``, ``gfft_json`` (URBF + URBG fields, from
-  which the typed stage rebuilds the layout with the conf's ``columns``) and the URBF bytes
-  (``raw``). A GFFT seen twice gives two rows with the same key: readers keep one per key.
-  A GFFT no layout can be built from is a ``quarantine`` row (source ``gfft``, eye URBF).
+  ``created`` = URBFTIM1; the raw STCK as decimal digits in ``created_stck``), ``layout_json``
+  (``RecordLayout.to_dict`` with the GFFT's own column names), ``ddl``, ``gfft_json`` (URBF +
+  URBG fields, from which the typed stage rebuilds the layout with the conf's ``columns``) and
+  the URBF bytes (``raw``). A GFFT seen twice gives two rows with the same key: readers keep
+  one per key. A GFFT no layout can be built from is a ``quarantine`` row (source ``gfft``).
 - INST tracking has no table of its own: each transition is an alert ``initial_state_<state>``
   (requested, started, completed: info; overdue: warning; failed: critical) whose details name
   the request, so ``requests`` + ``alerts`` tell an INST request's whole story.
@@ -249,7 +249,7 @@ def _layout(e: LayoutReceived, now_ms: int, out: Rows) -> None:
     assert lay is not None and lay.key is not None
     out["layouts"].append({
         **_names(e), "dbid": lay.key.dbid, "fnr": lay.key.fnr, "gfid": lay.key.gfid,
-        "created": stck_to_datetime(lay.key.created), "created_stck": lay.key.created,
+        "created": stck_to_datetime(lay.key.created), "created_stck": str(lay.key.created),
         "file_name": _s(e.fields, "urbffnam"), "field_count": len(e.fields.get("groups") or ()),
         "layout_json": json.dumps(lay.to_dict(), sort_keys=True), "ddl": spark_ddl(lay),
         "gfft_json": _json(e.fields), "raw": e.data, "topic": e.topic, "partition": e.partition,

@@ -61,8 +61,10 @@ SCHEMAS: dict[str, str] = {
         "dropped_at timestamp"),
     # One row per GFFT (URBF) seen: a record layout version of (dbid, fnr) for the
     # subscription, keyed (dbid, fnr, gfid, created = URBFTIM1); repeats share the key.
+    # created_stck: the raw unsigned 64-bit STCK in decimal digits (a bigint overflows, and
+    # the tables' DDL stays free of commas inside types).
     "layouts": (
-        f"{_NAMES}, dbid int, fnr int, gfid string, created timestamp, created_stck bigint, "
+        f"{_NAMES}, dbid int, fnr int, gfid string, created timestamp, created_stck string, "
         "file_name string, field_count int, layout_json string, ddl string, gfft_json string, "
         "raw binary, topic string, partition int, offset bigint, elem_index int, "
         "sent_time timestamp, received_at timestamp"),

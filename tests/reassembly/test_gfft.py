@@ -49,7 +49,7 @@ def test_gfft_message_is_a_layouts_row_and_no_state() -> None:
     assert [i.column for i in lay.items] == ["name", "amount", "ac"]  # long names, snake case
     row = events_to_rows(events, NOW)["layouts"][0]
     assert (row["dbid"], row["fnr"], row["gfid"], row["created_stck"]) == (
-        10006, 4, "GFB1", STCK_2004)
+        10006, 4, "GFB1", str(STCK_2004))
     assert row["created"] == stck_to_datetime(STCK_2004)
     assert row["field_count"] == 3 and row["file_name"] == "COLOR-FILE"
     assert row["raw"] == b"URBF-bytes"

@@ -143,6 +143,10 @@ def test_first_gfft_creates_the_columns_and_a_second_adds_one(spark, landed) -> 
 
 def test_type_change_is_refused_and_recorded(spark, landed) -> None:
     settings = landed[0]
+    stored = {(r.gfid, int(r.created_stck), r.created) for r in _read(spark, settings,
+                                                                     "layouts")}
+    assert (("GFB3", stck(T0 + timedelta(hours=2)), T0 + timedelta(hours=2))
+            in {(g, s, c.replace(tzinfo=UTC) if c.tzinfo is None else c) for g, s, c in stored})
     bad = [r for r in _read(spark, settings, "quarantine") if r.source == "payload"]
     assert [r.tsnr for r in bad] == [5]
     assert "layout GFB3@2025-01-01T14:00:00+00:00 refused: column amount is decimal(7,2) " \
