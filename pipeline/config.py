@@ -222,6 +222,13 @@ class Stream(_Model):
     state_api: Literal["applyInPandasWithState", "transformWithStateInPandas"] = (
         "transformWithStateInPandas")
     metrics_file: str = ".run/metrics.jsonl"
+    # Table properties of the job's own tables (pipeline/spark/tables.py, ``table_properties``).
+    # Delta writes a checkpoint every N commits inside the commit that reaches it; at the
+    # default of 10 that cost the four-table batch ~7 s every 10 batches (BENCHMARKS.md).
+    delta_checkpoint_interval: int = Field(50, ge=1, le=10_000)
+    # Min/max statistics for the first N columns (the key columns: names, epoch, tsnr …);
+    # Delta's default 32 also covers payload-side columns nobody filters on.
+    delta_stats_columns: int = Field(8, ge=-1, le=1_000)
     prometheus_port: int | None = Field(None, ge=1024, le=65535)
     gaps: Gaps = Gaps()
     initial_state: InitialState = InitialState()

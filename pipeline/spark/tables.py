@@ -99,19 +99,41 @@ def table_path(settings: Settings, table: str) -> str:
     return f"{settings.location(settings.stream.lake_dir).rstrip('/')}/{table}"
 
 
+def table_properties(settings: Settings) -> dict[str, str]:
+    """Delta properties of the job's own tables, from ``stream.delta_*`` (see config.py)."""
+    return {"delta.checkpointInterval": str(settings.stream.delta_checkpoint_interval),
+            "delta.dataSkippingNumIndexedCols": str(settings.stream.delta_stats_columns)}
+
+
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
-    """Create every table (empty, with its schema) so analysts can query before data lands."""
+    """Create every table (empty, with its schema and properties) so analysts can query before
+    data lands; bring tables made by an older version or conf up to date."""
     from delta.tables import DeltaTable
     from pyspark.sql.types import StructType
 
+    props = table_properties(settings)
     for table, ddl in SCHEMAS.items():
         schema = StructType.fromDDL(f"{ddl}, batch_id bigint")
-        builder = (DeltaTable.createIfNotExists(spark).location(table_path(settings, table))
-                   .addColumns(schema))
+        path = table_path(settings, table)
+        builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
+        for key, value in props.items():
+            builder = builder.property(key, value)
         if settings.stream.catalog_schema:
             builder = builder.tableName(f"{settings.stream.catalog_schema}.{table}")
         builder.execute()
-        add_missing_columns(spark, table_path(settings, table), schema)
+        add_missing_columns(spark, path, schema)
+        set_properties(spark, path, props)
+
+
+def set_properties(spark: SparkSession, path: str, props: dict[str, str]) -> None:
+    """Set the properties that differ (one commit, none when all match)."""
+    from delta.tables import DeltaTable
+
+    have = DeltaTable.forPath(spark, path).detail().collect()[0]["properties"] or {}
+    changed = {k: v for k, v in props.items() if have.get(k) != v}
+    if changed:
+        pairs = ", ".join(f"'{k}' = '{v}'" for k, v in sorted(changed.items()))
+        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({pairs})")
 
 
 def add_missing_columns(spark: SparkSession, path: str, schema: StructType) -> None:
