@@ -40,7 +40,8 @@ _SNAM_FIELD = {"URBT": "urbtsnam", "URBC": "urbcsnam", "URBE": "urbesnam"}
 
 Key = tuple[str, str]  # (destination, subscription)
 
-_COLUMNS = [("destination", pa.string(), "string"), ("subscription", pa.string(), "string"),
+_COLUMNS = [("lane", pa.int32(), "int"), ("destination", pa.string(), "string"),
+            ("subscription", pa.string(), "string"),
             ("topic", pa.string(), "string"), ("partition", pa.int32(), "int"),
             ("offset", pa.int64(), "bigint"), ("part", pa.int32(), "int"),
             ("key", pa.binary(), "binary"), ("value", pa.binary(), "binary"),
@@ -73,6 +74,7 @@ def _subscription_of(elements: list[Any], kafka_key: bytes | None) -> str:
 class RecordDecoder:
     """Works out the keys of a Kafka record's elements, and its element rows for one key.
 
+    ``lanes`` gives each configured key its state lane (``pipeline.spark.lanes``; others 0);
     ``destinations`` maps source topics to destination names; ``home_destinations`` gives a
     subscription's only destination (a TRSP may leave URBSDNAM blank); ``initial_states`` maps
     an initial-state name to the one subscription whose conf names it (INST replies carry no
@@ -81,8 +83,10 @@ class RecordDecoder:
 
     def __init__(self, destinations: Mapping[str, str], default_destination: str,
                  codepage: str, home_destinations: Mapping[str, str] | None = None,
-                 initial_states: Mapping[str, str] | None = None) -> None:
+                 initial_states: Mapping[str, str] | None = None,
+                 lanes: Mapping[Key, int] | None = None) -> None:
         self._destinations = dict(destinations)
+        self._lanes = dict(lanes or {})
         self._home = dict(home_destinations or {})
         self._initial_states = dict(initial_states or {})  # URBSINAM -> subscription
         self._default = default_destination
@@ -98,13 +102,14 @@ class RecordDecoder:
             msg = decode_message(value or b"", codepage=self._codepage)
         except UrbFormatError as exc:
             sub = (key or b"").decode("latin-1").strip()
-            return [{**base, "destination": destination, "subscription": sub, "part": 0,
+            return [{**base, "lane": self._lanes.get((destination, sub), 0),
+                     "destination": destination, "subscription": sub, "part": 0,
                      "error": str(exc)}]
         keys = list(dict.fromkeys(self._keys(destination, msg.elements, key)))
         if not keys:  # a header without elements still belongs somewhere (warnings, if any)
             keys = [(destination, _subscription_of(msg.elements, key))]
-        return [{**base, "destination": d, "subscription": s, "part": i}
-                for i, (d, s) in enumerate(keys)]
+        return [{**base, "lane": self._lanes.get((d, s), 0), "destination": d,
+                 "subscription": s, "part": i} for i, (d, s) in enumerate(keys)]
 
     def element_rows(self, topic: str, partition: int, offset: int, key: bytes | None,
                      value: bytes, wanted: Key, part: int) -> tuple[list[ElementRow], list[str]]:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from pipeline.config import Settings
 from pipeline.reassembly import ReassemblyConfig
 from pipeline.reassembly.config import InitialStateTarget
-from pipeline.spark.decode_stage import RecordDecoder, arrow_decoder, spark_ddl
+from pipeline.spark.decode_stage import Key, RecordDecoder, arrow_decoder, spark_ddl
+from pipeline.spark.lanes import checkpoint_lanes
 from pipeline.spark.sinks import BatchCallback, batch_writer
 from pipeline.spark.state_stage import OUTPUT_DDL, STATE_DDL, state_function
 from pipeline.spark.tables import ensure_tables
@@ -49,13 +51,14 @@ def initial_state_routes(settings: Settings) -> dict[str, str]:
             if s.initial_state and names.count(s.initial_state) == 1}
 
 
-def record_decoder(settings: Settings) -> RecordDecoder:
+def record_decoder(settings: Settings, lanes: Mapping[Key, int] | None = None
+                   ) -> RecordDecoder:
     destinations = {t: settings.destination_of(t) for t in settings.source_topics()}
     homes = {s.name: s.destinations[0] for s in settings.subscriptions
              if len(s.destinations) == 1}
     default = settings.topics.pattern_destination or next(iter(destinations.values()))
     return RecordDecoder(destinations, default, settings.replicator.codepage, homes,
-                         initial_state_routes(settings))
+                         initial_state_routes(settings), lanes)
 
 
 def kafka_source(spark: SparkSession, settings: Settings) -> DataFrame:
@@ -71,13 +74,16 @@ def kafka_source(spark: SparkSession, settings: Settings) -> DataFrame:
             .load().select("topic", "partition", "offset", "key", "value"))
 
 
-def build_plan(spark: SparkSession, settings: Settings) -> DataFrame:
-    """The streaming DataFrame of (table, json, blob) output rows."""
+def build_plan(spark: SparkSession, settings: Settings,
+               lanes: Mapping[Key, int] | None = None) -> DataFrame:
+    """The streaming DataFrame of (table, json, blob) output rows. The state is keyed by
+    (lane, destination, subscription): ``lanes`` spread the configured keys over the stateful
+    step's tasks (``pipeline.spark.lanes``)."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    decoder = record_decoder(settings)
+    decoder = record_decoder(settings, lanes)
     messages = kafka_source(spark, settings).mapInArrow(arrow_decoder(decoder), spark_ddl())
-    grouped = messages.groupBy("destination", "subscription")
+    grouped = messages.groupBy("lane", "destination", "subscription")
     if settings.stream.state_api == "transformWithStateInPandas":
         # Open transactions' images in append-only list state (BENCHMARKS.md, "State API").
         from pipeline.spark.state_tws import ReassemblyProcessor
@@ -124,6 +130,7 @@ def start_stream(spark: SparkSession, settings: Settings, *,
     ensure_tables(spark, settings)
     checkpoint = settings.location(settings.stream.checkpoint_dir)
     app_id = checkpoint_app_id(spark, checkpoint)
+    lanes = checkpoint_lanes(spark, settings, checkpoint)
     listener = attach_metrics(spark, jsonl_path=settings.location(settings.stream.metrics_file),
                               prometheus_port=settings.stream.prometheus_port,
                               query_name=QUERY_NAME)
@@ -136,7 +143,7 @@ def start_stream(spark: SparkSession, settings: Settings, *,
     def latency(batch_id: int, rows: list) -> None:
         listener.record_batch_latency(batch_id, latency_breakdown(rows))
 
-    query = (build_plan(spark, settings).writeStream
+    query = (build_plan(spark, settings, lanes).writeStream
              .foreachBatch(batch_writer(settings, app_id, batch_done, latency))
              .option("checkpointLocation", checkpoint)
              .trigger(processingTime=trigger_interval or settings.stream.trigger_interval)

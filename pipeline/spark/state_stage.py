@@ -110,7 +110,7 @@ def key_stats(key: tuple[str, str], frames: list[pd.DataFrame], state: KeyState 
     nbytes = sum(int(f.loc[f["part"] == 0, "value"].map(len).sum()) for f in frames if len(f))
     times = [[_unix_us(e.commit_time), _unix_us(e.processed_time), _unix_us(e.sent_time)]
              for e in events if isinstance(e, TransactionComplete)]
-    return {"destination": key[0], "subscription": key[1], "bytes": nbytes,
+    return {"destination": key[-2], "subscription": key[-1], "bytes": nbytes,
             "open_gaps": len(state.gaps) if state is not None else 0, "times_us": times}
 
 
@@ -143,7 +143,7 @@ def state_function(config: ReassemblyConfig, decoder: RecordDecoder):
             e, r = split_rows(pdf, decoder)
             elements.extend(e)
             rejected.extend(r)
-        result = step(current, elements, now_ms, config, (key[0], key[1]))
+        result = step(current, elements, now_ms, config, (key[-2], key[-1]))
         if result.state is None:
             state.remove()
         else:

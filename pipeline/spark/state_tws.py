@@ -118,7 +118,7 @@ class ReassemblyProcessor(StatefulProcessor):
         srow = self.spilled.get() if self.spilled.exists() else None
         spilled = tuple(int(v) for v in srow) if srow else None
 
-        result = step(current, elements, now_ms, self.config, (key[0], key[1]))
+        result = step(current, elements, now_ms, self.config, (key[-2], key[-1]))
 
         events = list(result.events)
         if spilled is not None:
@@ -127,7 +127,7 @@ class ReassemblyProcessor(StatefulProcessor):
                     stored = tuple(ImageOut(int(r[0]), int(r[1]), r[2], bytes(r[3]))
                                    for r in self.images.get())
                     events[i] = dataclasses.replace(event, images=stored + event.images)
-        stats = key_stats((key[0], key[1]), frames, result.state, result.events)
+        stats = key_stats((key[-2], key[-1]), frames, result.state, result.events)
         self._save(result.state, spilled)
         self._arm(result.next_timeout_ms, now_ms)
 
