@@ -6,7 +6,11 @@ SAVS/SAVE, RESS/RESE, RPLS/RPLE, LOST, DEAC/REAC, REFR) into an action; here it 
 
 * truncate (refresh/define file): ``DELETE`` from ``current_<sub>_<fnr>`` of the rows whose
   version (commit_time) is older than the utility's commit time (URBSTTIM). Running after the
-  batch's MERGE, this keeps the changes of the same batch that came after the refresh.
+  batch's MERGE, this keeps the changes of the same batch that came after the refresh. With
+  ``deletes: remove`` the older tombstones go too (the cutoff, kept in ``file_status``, now
+  keeps every older change out of the current table: ``pipeline.spark.typed`` point 5); with
+  ``history`` the intervals open at the cutoff, or open past it, end there
+  (``pipeline.typed.history.truncate_history``).
 * add columns (add new fields, write FDT): layout columns the tables lack, via
   ``ALTER TABLE … ADD COLUMNS`` (Delta schema evolution); the change table is append-only
   history and is never truncated.
@@ -151,7 +155,7 @@ def _utc(micros: int | None) -> datetime | None:
 
 # ------------------------------------------------------------------------- applying
 class _Applier:
-    """Applies one event to one target's tables; remembers deletes per table in the batch."""
+    """Applies one event to one target's tables; counts DML per table in the batch (txn ids)."""
 
     def __init__(self, spark: SparkSession, settings: Settings, app_id: str,
                  batch_id: int) -> None:
@@ -164,7 +168,7 @@ class _Applier:
     def apply(self, event: LifecycleEvent, target: Target) -> Outcome:
         current = f"current_{target.suffix}"
         if event.action is Action.TRUNCATE:
-            return Outcome(current, self._truncate(current, event.at))
+            return Outcome(current, self._refresh(target, event.at))
         if event.action in (Action.ADD_COLUMNS, Action.WIDEN) \
                 and not target.layout_conf.get("format_buffer"):
             return Outcome(current, "recorded: the layout comes from the stream's GFFTs; the "
@@ -179,18 +183,33 @@ class _Applier:
     def _path(self, table: str) -> str:
         return table_path(self._settings, table)
 
-    def _truncate(self, table: str, cutoff: datetime | None) -> str:
+    def _refresh(self, target: Target, cutoff: datetime | None) -> str:
+        """Truncate the current table; clear the tombstones and close the history with it."""
         if cutoff is None:
             return "not applied: the status carries no time to cut at"
+        micros = (cutoff - _EPOCH) // timedelta(microseconds=1)
+        older = f"commit_time < timestamp_micros({micros})"
+        deleted = self._dml(f"current_{target.suffix}", "DELETE FROM {table} WHERE " + older)
+        result = f"deleted {deleted} rows older than {cutoff.isoformat()}"
+        lay = next((x for x in self._settings.layouts if x.table_suffix() == target.suffix
+                    and x.dbid == target.dbid), None)
+        if lay is not None and lay.deletes == "remove":
+            gone = self._dml(f"tombstones_{target.suffix}", "DELETE FROM {table} WHERE " + older)
+            result += f"; {gone} older tombstones cleared"
+        if lay is not None and lay.history:
+            closed = self._dml(f"history_{target.suffix}", (
+                f"UPDATE {{table}} SET valid_to = timestamp_micros({micros}), is_current = false "
+                f"WHERE {older} AND (valid_to IS NULL OR valid_to > timestamp_micros({micros}))"))
+            result += f"; {closed} history intervals closed"
+        return result
+
+    def _dml(self, table: str, sql: str) -> int:
+        """Run a DELETE/UPDATE on ``table`` once per batch (its own txn id); rows affected."""
         n = self._deletes.get(table, 0)
         self._deletes[table] = n + 1
-        micros = (cutoff - _EPOCH) // timedelta(microseconds=1)
-        sql = (f"DELETE FROM delta.`{self._path(table)}` "
-               f"WHERE commit_time < timestamp_micros({micros})")
         with _txn(self._spark, f"{self._app_id}-lifecycle-{table}-{n}", self._batch_id):
-            result = self._spark.sql(sql).collect()
-        deleted = result[0][0] if result and result[0][0] is not None else 0
-        return f"deleted {deleted} rows older than {cutoff.isoformat()}"
+            result = self._spark.sql(sql.format(table=f"delta.`{self._path(table)}`")).collect()
+        return int(result[0][0]) if result and result[0][0] is not None else 0
 
     def _add_columns(self, target: Target) -> Outcome:
         changed = reconcile_target(self._spark, self._settings, target)

@@ -17,6 +17,18 @@ Runs inside foreachBatch after the raw tables are committed, from the same persi
    MERGE keeps the tombstones and purges those past ``tombstone_retention_days``.
 4. With ``history: true`` every version of the ISNs the batch touches is recomputed
    (``pipeline.typed.history``) and MERGEd into ``history_<sub>_<fnr>`` (SCD type 2).
+5. Refresh/define file: ``pipeline.spark.lifecycle`` truncates the current table, clears the
+   older tombstones and closes the open history intervals at the cutoff, and records it as
+   ``truncated_before`` in ``file_status``. Here the file's cutoffs (read once per batch) keep
+   a change committed before the latest one (a late batch, a resend) out of the current and
+   tombstone MERGEs — it is still appended to ``changes_`` — and end the history intervals of
+   older versions at the first cutoff after them (``pipeline.typed.history.closed_at``).
+   Either order within a batch is right: the job writes the typed tables first and the
+   lifecycle then, so the batch's own refresh is not yet in ``file_status`` and its truncate
+   removes/closes what the batch's pre-cutoff changes wrote; were the lifecycle first, the
+   cutoff would be read here and the changes filtered. The read is the same on a replay: a
+   batch's ``file_status`` rows exist only once all its typed MERGEs committed (skipped then),
+   and ``file_status`` is written by nothing here, so sources stay the same across the MERGEs.
 
 Exactly once: appends carry txnAppId/txnVersion; each MERGE reads them from the session conf
 (``spark.databricks.delta.write.txnAppId``/``txnVersion``), set just before and unset right
@@ -299,6 +311,49 @@ def unburied(spark: SparkSession, source: DataFrame, current_path: str,
             .drop("_tomb", "_cur"))
 
 
+def file_cutoffs(spark: SparkSession, settings: Settings,
+                 ) -> dict[tuple[int, int], tuple[int, ...]]:
+    """(dbid, fnr) → the file's refresh/define cutoffs (µs since the epoch, ascending).
+
+    Every distinct ``truncated_before`` of the file's ``file_status`` rows: the latest one
+    guards the current table, all of them close history intervals. A small table, read once
+    per batch.
+    """
+    from pyspark.sql import functions as F
+
+    rows = (spark.read.format("delta").load(table_path(settings, "file_status"))
+            .where(F.col("truncated_before").isNotNull())
+            .groupBy("dbid", "fnr")
+            .agg(F.array_sort(F.collect_set(F.unix_micros("truncated_before"))).alias("cuts"))
+            .collect())
+    return {(r.dbid, r.fnr): tuple(r.cuts) for r in rows}
+
+
+def since_cutoff(changes: DataFrame, cutoffs_us: tuple[int, ...]) -> DataFrame:
+    """The changes a refresh leaves to the current table: committed at or after the latest
+    cutoff (``pipeline.typed.versioning.since_cutoff``; µs, as the truncate compares)."""
+    if not cutoffs_us:
+        return changes
+    return changes.where(f"commit_time >= timestamp_micros({int(cutoffs_us[-1])})")
+
+
+def _closed_at(cutoffs_us: tuple[int, ...]) -> Column:
+    """``valid_to``: the next version's commit time or the first cutoff after the version's
+    own, whichever is earlier (``pipeline.typed.history.closed_at``); least() skips nulls."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    following = F.lead("commit_time").over(Window.partitionBy("isn").orderBy(*VERSION))
+    if not cutoffs_us:
+        return following
+    cap: Column | None = None
+    for cut in sorted(cutoffs_us):
+        stamp = F.timestamp_micros(F.lit(int(cut)))
+        before = F.col("commit_time") < stamp
+        cap = F.when(before, stamp) if cap is None else cap.when(before, stamp)
+    return F.least(following, cap)
+
+
 def _execute_once(spark: SparkSession, merge: DeltaMergeBuilder, app_id: str,
                   batch_id: int) -> None:
     """Run a MERGE idempotently: Delta skips it if (app_id, batch_id) already committed."""
@@ -350,12 +405,13 @@ def merge_tombstones(spark: SparkSession, source: DataFrame, path: str, app_id: 
 
 
 def history_source(spark: SparkSession, changes: DataFrame, path: str, values: list[str],
-                   batch_id: int) -> DataFrame:
+                   batch_id: int, cutoffs_us: tuple[int, ...] = ()) -> DataFrame:
     """Every version of the ISNs the batch touches, with its interval (``pipeline.typed.history``).
 
     The ISNs' existing history rows and the batch's changes, one row per version (the copy
     with the greatest order key; an existing row wins a tie, so a duplicate rewrites nothing),
-    then valid_to/is_current from the next version. Rows of the batch carry ``_new = 1``.
+    then valid_to from the next version or the file's refresh cutoffs (``_closed_at``), and
+    is_current while it is open. Rows of the batch carry ``_new = 1``.
     Replays after a crash are skipped by the MERGE's txn id, so reading the table it writes is
     safe.
     """
@@ -371,12 +427,11 @@ def history_source(spark: SparkSession, changes: DataFrame, path: str, values: l
            .select(*[F.col(f"`{c}`") for c in cols], F.lit(0).alias("_new")))
     copies = Window.partitionBy("isn", *VERSION).orderBy(
         F.col("destination").desc(), F.col("verified").desc(), F.col("_new").asc())
-    versions = Window.partitionBy("isn").orderBy(*VERSION)
     return (old.unionByName(new)
             .withColumn("_n", F.row_number().over(copies)).where("_n = 1").drop("_n")
             .withColumn("valid_from", F.col("commit_time"))
-            .withColumn("valid_to", F.lead("commit_time").over(versions))
-            .withColumn("is_current", F.lead(F.lit(True)).over(versions).isNull()))
+            .withColumn("valid_to", _closed_at(cutoffs_us))
+            .withColumn("is_current", F.col("valid_to").isNull()))
 
 
 def merge_history(spark: SparkSession, source: DataFrame, path: str, values: list[str],
@@ -411,6 +466,7 @@ def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, set
             recs.groupBy("subscription", "dbid", "fnr")
             .agg(F.max(F.unix_micros("commit_time")).alias("newest_us")).collect())}
         specs, events = _specs(spark, settings, batch, batch_id, bool(newest))
+        cutoffs = file_cutoffs(spark, settings) if newest else {}
         for lay in settings.layouts:
             key = (lay.subscription, lay.dbid, lay.fnr)
             if key not in newest:
@@ -418,7 +474,8 @@ def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, set
             horizon = (None if newest[key] is None or lay.tombstone_retention_days is None
                        else newest[key] - int(lay.tombstone_retention_days * _DAY_US))
             counts.update(_write_file(spark, lay, settings, specs[lay.table_suffix()], recs,
-                                      imgs, batch_id, app_id, horizon))
+                                      imgs, batch_id, app_id, horizon,
+                                      cutoffs.get((lay.dbid, lay.fnr), ())))
         if events:
             append_rows(spark, events, "schema_events", settings, f"{app_id}-gfft", batch_id)
             counts["schema_events_gfft"] = len(events)
@@ -454,7 +511,8 @@ def _specs(spark: SparkSession, settings: Settings, batch: DataFrame, batch_id: 
 
 def _write_file(spark: SparkSession, lay: Layout, settings: Settings,
                 spec: DecodeSpec | VersionedSpec, recs: DataFrame, imgs: DataFrame,
-                batch_id: int, app_id: str, horizon_us: int | None) -> dict[str, int]:
+                batch_id: int, app_id: str, horizon_us: int | None,
+                cutoffs_us: tuple[int, ...]) -> dict[str, int]:
     """One file's batch: decode and append its images, then MERGE its records.
 
     Each image is decoded by the layout ``spec`` picks for its commit time; an image no
@@ -488,7 +546,7 @@ def _write_file(spark: SparkSession, lay: Layout, settings: Settings,
         file_recs = recs.where(mine)
         if values:  # a file with no layout yet has no value columns to MERGE
             _merge_file(spark, lay, settings, record_changes(file_recs, good, values), values,
-                        batch_id, app_id, horizon_us)
+                        batch_id, app_id, horizon_us, cutoffs_us)
         return {name: n_changes, current_table(lay): file_recs.count(),
                 f"quarantine_{name}": n_bad}
     finally:
@@ -496,10 +554,15 @@ def _write_file(spark: SparkSession, lay: Layout, settings: Settings,
 
 
 def _merge_file(spark: SparkSession, lay: Layout, settings: Settings, rows: DataFrame,
-                values: list[str], batch_id: int, app_id: str, horizon_us: int | None) -> None:
-    """The current table (with its tombstones) and the history, each MERGE exactly once."""
+                values: list[str], batch_id: int, app_id: str, horizon_us: int | None,
+                cutoffs_us: tuple[int, ...]) -> None:
+    """The current table (with its tombstones) and the history, each MERGE exactly once.
+
+    Changes older than the file's latest refresh cutoff never reach the current table or the
+    tombstones; the history takes them as closed intervals (module doc, point 5).
+    """
     cur, tomb, hist = current_table(lay), tombstones_table(lay), history_table(lay)
-    source = merge_source(rows)
+    source = merge_source(since_cutoff(rows, cutoffs_us))
     if lay.deletes == "remove":
         source = unburied(spark, source, table_path(settings, cur), table_path(settings, tomb))
     merge_current(spark, source, table_path(settings, cur), values, lay.deletes,
@@ -509,5 +572,5 @@ def _merge_file(spark: SparkSession, lay: Layout, settings: Settings, rows: Data
                          batch_id, horizon_us)
     if lay.history:
         path = table_path(settings, hist)
-        merge_history(spark, history_source(spark, rows, path, values, batch_id), path, values,
-                      f"{app_id}-{hist}", batch_id)
+        merge_history(spark, history_source(spark, rows, path, values, batch_id, cutoffs_us),
+                      path, values, f"{app_id}-{hist}", batch_id)

@@ -8,7 +8,7 @@ the ISNs a batch touches; ``decoding`` turns a frame of image rows into typed co
 """
 
 from .decoding import DecodeSpec, decode_rows
-from .history import apply_history_batch, history_of
+from .history import apply_history_batch, history_of, truncate_history
 from .versioning import (
     DELETE,
     UNVERIFY,
@@ -19,7 +19,9 @@ from .versioning import (
     latest_per_isn,
     newer,
     order_key,
+    since_cutoff,
     tombstones,
+    truncate,
     version_of,
     visible,
 )
@@ -38,7 +40,10 @@ __all__ = [
     "latest_per_isn",
     "newer",
     "order_key",
+    "since_cutoff",
     "tombstones",
+    "truncate",
+    "truncate_history",
     "version_of",
     "visible",
 ]

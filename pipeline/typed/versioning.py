@@ -29,6 +29,12 @@ holds every ISN the file has seen, deleted ones included:
   Tombstones whose commit time is more than ``retention`` older than the newest commit time
   of a batch that does not touch them are purged; after that a late change older than the
   delete can bring the row back.
+* refresh/define file (``truncate``): the file was emptied at a cutoff, so every row older than
+  it goes (tombstones too: the cutoff itself now buries every older change, a file-wide
+  tombstone), and a change older than the cutoff that arrives afterwards (late, resent) is
+  dropped (``apply_batch(..., cutoff=)``): it belongs to the file as it was before the refresh.
+  Which comes first in a batch does not matter: the refresh removes what a pre-cutoff change
+  of its own batch wrote, and later batches never apply one.
 * ``unverify`` (I/U/R without a usable after image: a resend, before-images-only output, or an
   after image that did not decode): ``verified=False``; the next newer after image (live or
   initial state) makes the row verified again.
@@ -126,14 +132,15 @@ def apply_change(current: Row | None, change: Row, values: Iterable[str],
 
 def apply_batch(state: Mapping[int, Row], changes: Iterable[Row], values: Iterable[str],
                 deletes: DeleteMode, retention: timedelta | None = None,
-                ) -> dict[int, dict[str, Any]]:
+                cutoff: datetime | None = None) -> dict[int, dict[str, Any]]:
     """The file's state after one batch: newest change per ISN, applied, then tombstones purged.
 
     The state includes tombstones (``deleted`` rows in ``remove`` mode); ``visible`` is what
-    the current table shows. ``retention`` None keeps tombstones for ever.
+    the current table shows. ``retention`` None keeps tombstones for ever. ``cutoff``: the
+    file's latest refresh/define cutoff known before the batch; older changes are dropped.
     """
     cols = list(values)
-    batch = list(changes)
+    batch = [c for c in changes if since_cutoff(c, cutoff)]
     out = {isn: dict(row) for isn, row in state.items()}
     applied: set[int] = set()
     for isn, change in latest_per_isn(batch).items():
@@ -147,6 +154,23 @@ def apply_batch(state: Mapping[int, Row], changes: Iterable[Row], values: Iterab
             if horizon is not None and stamp is not None and stamp < horizon:
                 del out[isn]
     return out
+
+
+def since_cutoff(change: Row, cutoff: datetime | None) -> bool:
+    """Whether a change may still land after a refresh at ``cutoff`` (None: no refresh yet).
+
+    Committed at or after the cutoff, as the truncate keeps rows ``commit_time >= cutoff``; a
+    change without a commit time orders before any (``version_of``), so it is dropped.
+    """
+    if cutoff is None:
+        return True
+    stamp = change["commit_time"]
+    return stamp is not None and stamp >= cutoff
+
+
+def truncate(state: Mapping[int, Row], cutoff: datetime) -> dict[int, dict[str, Any]]:
+    """The file's state after a refresh/define at ``cutoff``: rows (tombstones too) older go."""
+    return {isn: dict(row) for isn, row in state.items() if since_cutoff(row, cutoff)}
 
 
 def purge_horizon(changes: Iterable[Row], retention: timedelta) -> datetime | None:
