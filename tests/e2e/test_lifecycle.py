@@ -147,17 +147,17 @@ def test_a_replayed_batch_applies_nothing_twice(spark, test_settings, tmp_path, 
         _status("AUTI", 5, detail=make_element("URBSU", urbsutyp=0x48))])
     write_typed_tables(spark, refresh, 1, settings, "app")
 
-    real_append = spark_lifecycle._append
+    real_append = spark_lifecycle.append_rows
 
     def crash(spark_, rows, table, *args):
         if table == "file_status":
             raise RuntimeError("killed")
         real_append(spark_, rows, table, *args)
 
-    monkeypatch.setattr(spark_lifecycle, "_append", crash)
+    monkeypatch.setattr(spark_lifecycle, "append_rows", crash)
     with pytest.raises(RuntimeError, match="killed"):
         apply_lifecycle(spark, refresh, 1, settings, "app")
-    monkeypatch.setattr(spark_lifecycle, "_append", real_append)
+    monkeypatch.setattr(spark_lifecycle, "append_rows", real_append)
     for _ in range(2):  # the replay after the crash, and one more
         write_typed_tables(spark, refresh, 1, settings, "app")
         assert apply_lifecycle(spark, refresh, 1, settings, "app") == {
