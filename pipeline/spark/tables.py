@@ -127,9 +127,10 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
 
 def set_properties(spark: SparkSession, path: str, props: dict[str, str]) -> None:
     """Set the properties that differ (one commit, none when all match)."""
-    from delta.tables import DeltaTable
-
-    have = DeltaTable.forPath(spark, path).detail().collect()[0]["properties"] or {}
+    # SHOW TBLPROPERTIES reads the table's metadata only; DESCRIBE DETAIL would rebuild the
+    # table's state (file counts) for every table at every start.
+    have = {r["key"]: r["value"]
+            for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()}
     changed = {k: v for k, v in props.items() if have.get(k) != v}
     if changed:
         pairs = ", ".join(f"'{k}' = '{v}'" for k, v in sorted(changed.items()))
