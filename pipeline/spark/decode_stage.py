@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from pipeline.payload.gfft import gfft_fields
 from pipeline.reassembly.rows import ElementRow
+from pipeline.spark.gcpause import gc_paused
 from pipeline.urb import UrbFormatError, decode_message
 from pipeline.urb.layouts import ELEMENT_TABLES
 
@@ -60,6 +61,10 @@ def _names(eye: str) -> frozenset[str]:
 
 
 _FIELD_NAMES: Mapping[str, frozenset[str]] = {eye: _names(eye) for eye in STRUCT_EYES}
+#: Elements the machine reads by field name only (``ElementRow.num/char``) and never copies
+#: out: their decoded dict is handed over as it is (fillers included), which saves a filtered
+#: copy per element — there are ~40 per message, most of them URBR/URBD.
+_PASS_FIELDS = frozenset({"URBT", "URBR", "URBD", "URBE", "URBC"})
 
 
 def _subscription_of(elements: list[Any], kafka_key: bytes | None) -> str:
@@ -123,16 +128,24 @@ class RecordDecoder:
                 zip(msg.elements, self._keys(destination, msg.elements, key), strict=True)):
             if el_key != wanted:
                 continue
-            names = _FIELD_NAMES.get(el.eye)
-            fields = ({k: v for k, v in el.fields.items() if v is not None and k in names}
-                      if names is not None else {})
-            data = (el.data or None) if el.eye == "URBS" else None
-            if el.eye == "URBF":  # a GFFT: its URBGs as data, its bytes for the layouts table
+            eye = el.eye
+            data = None
+            if eye in _PASS_FIELDS:  # read by name only: the decoder's dict as it is
+                fields = el.fields
+            elif eye == "URBS":  # lands in status_events.fields_json: DSECT fields that are set
+                names = _FIELD_NAMES["URBS"]
+                fields = {k: v for k, v in el.fields.items() if v is not None and k in names}
+                data = el.data or None
+            elif eye == "URBF":  # a GFFT: its URBGs as data, its bytes for the layouts table
                 fields, data = gfft_fields(el), value[el.offset:el.offset + (el.urbflen or 0)]
+            else:
+                names = _FIELD_NAMES.get(eye)
+                fields = ({k: v for k, v in el.fields.items() if v is not None and k in names}
+                          if names is not None else {})
             out.append(ElementRow(
                 topic=topic, partition=partition, offset=offset, elem_index=index,
-                urbhmsnr=head.urbhmsnr, urbhtime=head.urbhtime or 0, eye=el.eye, fields=fields,
-                payload=el.payload if el.eye == "URBD" else None, data=data))
+                urbhmsnr=head.urbhmsnr, urbhtime=head.urbhtime or 0, eye=eye, fields=fields,
+                payload=el.payload if eye == "URBD" else None, data=data))
         return out, (list(msg.warnings) if part == 0 else [])
 
     def _keys(self, destination: str, elements: list[Any], kafka_key: bytes | None
@@ -159,12 +172,14 @@ def arrow_decoder(decoder: RecordDecoder) -> Callable[[Iterator[pa.RecordBatch]]
 
     def decode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            cols = batch.to_pydict()
-            rows: list[dict[str, Any]] = []
-            for topic, part, off, key, value in zip(cols["topic"], cols["partition"],
-                                                    cols["offset"], cols["key"], cols["value"],
-                                                    strict=True):
-                rows.extend(decoder.rows(topic, part, off, key, value))
-            yield pa.RecordBatch.from_pylist(rows, schema=ARROW_SCHEMA)
+            with gc_paused():  # pipeline/spark/gcpause.py
+                cols = batch.to_pydict()
+                rows: list[dict[str, Any]] = []
+                for topic, part, off, key, value in zip(
+                        cols["topic"], cols["partition"], cols["offset"], cols["key"],
+                        cols["value"], strict=True):
+                    rows.extend(decoder.rows(topic, part, off, key, value))
+                out = pa.RecordBatch.from_pylist(rows, schema=ARROW_SCHEMA)
+            yield out
 
     return decode_batches

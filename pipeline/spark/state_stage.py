@@ -31,6 +31,7 @@ from pipeline.reassembly.tables import (
     stck_to_datetime,
 )
 from pipeline.spark.decode_stage import ERROR_EYE, WARNING_EYE, RecordDecoder
+from pipeline.spark.gcpause import gc_paused
 from pipeline.spark.tables import BLOB_COLUMN
 
 OUTPUT_DDL = "table string, json string, blob binary"
@@ -135,23 +136,25 @@ def state_function(config: ReassemblyConfig, decoder: RecordDecoder):
     def reassemble(key: tuple[str, str], frames: Iterator[pd.DataFrame],
                    state: Any) -> Iterator[pd.DataFrame]:
         now_ms = int(state.getCurrentProcessingTimeMs())
-        current = KeyState.from_bytes(state.get[0]) if state.exists else None
-        elements: list[ElementRow] = []
-        rejected: list[dict[str, Any]] = []
         pdfs = [] if state.hasTimedOut else list(frames)
-        for pdf in pdfs:
-            e, r = split_rows(pdf, decoder)
-            elements.extend(e)
-            rejected.extend(r)
-        result = step(current, elements, now_ms, config, (key[-2], key[-1]))
-        if result.state is None:
-            state.remove()
-        else:
-            state.update((result.state.to_bytes(),))
-        # PySpark keeps an old timeout armed unless every call sets or clears it.
-        if result.next_timeout_ms is not None and result.next_timeout_ms > now_ms:
-            state.setTimeoutDuration(result.next_timeout_ms - now_ms)
-        yield batch_output(result.events, rejected, now_ms,
-                           key_stats(key, pdfs, result.state, result.events))
+        with gc_paused():  # pipeline/spark/gcpause.py: a batch's garbage has no cycles
+            current = KeyState.from_bytes(state.get[0]) if state.exists else None
+            elements: list[ElementRow] = []
+            rejected: list[dict[str, Any]] = []
+            for pdf in pdfs:
+                e, r = split_rows(pdf, decoder)
+                elements.extend(e)
+                rejected.extend(r)
+            result = step(current, elements, now_ms, config, (key[-2], key[-1]))
+            if result.state is None:
+                state.remove()
+            else:
+                state.update((result.state.to_bytes(),))
+            # PySpark keeps an old timeout armed unless every call sets or clears it.
+            if result.next_timeout_ms is not None and result.next_timeout_ms > now_ms:
+                state.setTimeoutDuration(result.next_timeout_ms - now_ms)
+            out = batch_output(result.events, rejected, now_ms,
+                               key_stats(key, pdfs, result.state, result.events))
+        yield out
 
     return reassemble

@@ -54,6 +54,7 @@ from pipeline.reassembly import KeyState, ReassemblyConfig, step
 from pipeline.reassembly.events import ImageOut, TransactionComplete
 from pipeline.reassembly.rows import ElementRow
 from pipeline.spark.decode_stage import RecordDecoder
+from pipeline.spark.gcpause import gc_paused
 from pipeline.spark.state_stage import OUTPUT_DDL, batch_output, key_stats, split_rows
 
 HEADER_DDL = "state binary"
@@ -91,14 +92,16 @@ class ReassemblyProcessor(StatefulProcessor):
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
-        elements: list[ElementRow] = []
-        rejected: list[dict[str, Any]] = []
         frames = list(rows)
-        for pdf in frames:
-            e, r = split_rows(pdf, self.decoder)
-            elements.extend(e)
-            rejected.extend(r)
-        yield self._advance(key, elements, rejected, timerValues, frames)
+        with gc_paused():  # pipeline/spark/gcpause.py: a batch's garbage has no cycles
+            elements: list[ElementRow] = []
+            rejected: list[dict[str, Any]] = []
+            for pdf in frames:
+                e, r = split_rows(pdf, self.decoder)
+                elements.extend(e)
+                rejected.extend(r)
+            out = self._advance(key, elements, rejected, timerValues, frames)
+        yield out
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
