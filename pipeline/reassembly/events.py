@@ -9,15 +9,18 @@ values, and conversion happens in ``tables``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from pipeline.payload.layout import RecordLayout
 
 Origin = str  # "live" | "resend" | "initial_state"
 
 
-@dataclass(frozen=True, slots=True)
-class RecordOut:
-    """One URBR of a landed transaction. ``record_time`` is URBRTIME (raw STCK)."""
+class RecordOut(NamedTuple):
+    """One URBR of a landed transaction. ``record_time`` is URBRTIME (raw STCK).
+
+    A NamedTuple, like ``ImageOut``: one is built per URBR, so construction cost counts.
+    """
 
     rsnr: int
     fnr: int
@@ -31,8 +34,7 @@ class RecordOut:
     errc: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class ImageOut:
+class ImageOut(NamedTuple):
     """One URBD: image_type is A (after), B (before) or K (key before image)."""
 
     rsnr: int

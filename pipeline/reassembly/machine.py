@@ -366,7 +366,8 @@ class _Run:
 
     # ----------------------------------------------------------------- landing
     def _land(self, txn: TransactionComplete) -> None:
-        self.events.append(replace(txn, at_ms=self.now))
+        # A held transaction lands later than it completed: it carries the landing time.
+        self.events.append(txn if txn.at_ms == self.now else replace(txn, at_ms=self.now))
         self.st.count("landed")
         if txn.resent:
             self._note_unverified(txn)

@@ -107,7 +107,7 @@ def _get(blob: memoryview, ref: list[int]) -> bytes:
 
 
 def _records_obj(records: list[RecordOut] | tuple[RecordOut, ...]) -> list[list]:
-    return [[getattr(r, f.name) for f in fields(RecordOut)] for r in records]
+    return [list(r) for r in records]
 
 
 def _images_obj(images: list[ImageOut] | tuple[ImageOut, ...], blob: bytearray) -> list[list]:

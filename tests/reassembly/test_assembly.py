@@ -218,7 +218,7 @@ def test_row_order_inside_batch_does_not_matter() -> None:
 
 
 def _as_dict(r: ElementRow) -> dict:
-    return {name: getattr(r, name) for name in ElementRow.__slots__}
+    return r._asdict()
 
 
 def test_redelivered_continuation_message_is_dropped() -> None:

@@ -34,7 +34,7 @@ def with_element(rows: list[ElementRow], offset: int, index: int, elem: Elem) ->
     new = ElementRow(topic=head.topic, partition=head.partition, offset=offset,
                      elem_index=index, urbhmsnr=head.urbhmsnr, urbhtime=head.urbhtime,
                      eye=elem.eye, fields=elem.fields, data=elem.data)
-    shifted = [replace(r, elem_index=r.elem_index + 1) if r.offset == offset
+    shifted = [r._replace(elem_index=r.elem_index + 1) if r.offset == offset
                and r.elem_index >= index else r for r in rows]
     return [*shifted, new]
 
@@ -88,7 +88,7 @@ def test_redelivered_gfft_is_the_same_key_again() -> None:
     feed = Feed()
     msg = [urbf(), *elements(txn(1))]
     first = feed.message(msg)
-    again = [replace(r, offset=r.offset + 1) for r in first]  # the producer sent it twice
+    again = [r._replace(offset=r.offset + 1) for r in first]  # the producer sent it twice
     h.feed(first + again)
     keys = {e.layout.key for e in h.of(LayoutReceived)}
     assert len(h.of(LayoutReceived)) == 2 and len(keys) == 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import replace
 from itertools import pairwise
 
 from hypothesis import HealthCheck, given, settings
@@ -200,7 +199,7 @@ def test_redelivered_messages_change_nothing_but_duplicate_counts(
 
 def renumber(msgs: list[list[ElementRow]]) -> list[list[ElementRow]]:
     """Kafka offsets follow delivery order."""
-    return [[replace(r, offset=i) for r in m] for i, m in enumerate(msgs)]
+    return [[r._replace(offset=i) for r in m] for i, m in enumerate(msgs)]
 
 
 def _in_gap(tsnr: int, g: GapOpened) -> bool:
