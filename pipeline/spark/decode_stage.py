@@ -1,12 +1,14 @@
 """Decode stage: Kafka records → one row per (message, key), stateless (mapInArrow).
 
-The stateful stage is keyed by (destination, subscription), and only a decoded message tells
-its key: the subscription is named in its URBT/URBC/URBE, a reply's URBS names the
-subscription and destination it belongs to. So this stage decodes every message, works out
-the key of each element, and emits one narrow row per distinct key of the message: the Kafka
-coordinates, the key and the message bytes. The state function decodes the message again
-(:meth:`RecordDecoder.element_rows`, the same code, so the same answer) and keeps the elements
-of its key.
+The stateful stage is keyed by (destination, subscription), and only the message tells its
+key: the subscription is named in its URBT/URBC/URBE, a reply's URBS names the subscription
+and destination it belongs to. So this stage scans every message for those names
+(``pipeline.urb.scan``: the element chain and the name fields, checked like the full decoder
+checks them, at a fifth of its cost), works out the key of each element, and emits one narrow
+row per distinct key of the message: the Kafka coordinates, the key and the message bytes.
+The state function decodes the message in full (:meth:`RecordDecoder.element_rows`, which
+works out the keys with the same rules from the decoded fields) and keeps the elements of its
+key.
 
 Why not one row per element with the DSECT fields as columns (the first design): a 32 KB
 message holds ~40 elements, and every element row crossed Arrow → JVM rows → shuffle → Arrow
@@ -14,8 +16,9 @@ message holds ~40 elements, and every element row crossed Arrow → JVM rows →
 decoding the message twice costs (BENCHMARKS.md, "Pipeline throughput"). One row per message
 shuffles the bytes Kafka delivered and nothing more.
 
-A record the codec rejects becomes one row with ``error`` set and the Kafka key's
-subscription; the state stage quarantines it with its bytes. Elements the codec skipped
+A record whose structure the scan rejects becomes one row with ``error`` set (the full
+decoder's error) and the Kafka key's subscription; the state stage quarantines it with its
+bytes, as it does a record that only the full decode rejects. Elements the codec skipped
 (unknown eye-catcher) come back as warnings from ``element_rows`` and are quarantined there
 too, so one query stays exactly-once end to end.
 """
@@ -32,6 +35,7 @@ from pipeline.reassembly.rows import ElementRow
 from pipeline.spark.gcpause import gc_paused
 from pipeline.urb import UrbFormatError, decode_message
 from pipeline.urb.layouts import ELEMENT_TABLES
+from pipeline.urb.scan import scan_message
 
 ERROR_EYE = "!ERR"
 WARNING_EYE = "!WARN"
@@ -48,6 +52,10 @@ _COLUMNS = [("lane", pa.int32(), "int"), ("destination", pa.string(), "string"),
             ("key", pa.binary(), "binary"), ("value", pa.binary(), "binary"),
             ("error", pa.string(), "string")]
 ARROW_SCHEMA = pa.schema([(n, t) for n, t, _ in _COLUMNS])
+#: The Kafka source's columns the rows carry on, and the ones routing adds.
+KAFKA_COLUMNS = ("topic", "partition", "offset", "key", "value")
+ROUTE_COLUMNS = ("lane", "destination", "subscription", "part", "error")
+Route = tuple[int, str, str, int, str | None]
 
 
 def spark_ddl() -> str:
@@ -101,20 +109,22 @@ class RecordDecoder:
              value: bytes | None) -> list[dict[str, Any]]:
         """The decode stage's rows of one record: one per distinct key, in element order."""
         base = {"topic": topic, "partition": partition, "offset": offset, "key": key,
-                "value": value, "error": None}
+                "value": value}
+        return [{**base, **dict(zip(ROUTE_COLUMNS, route, strict=True))}
+                for route in self.routes(topic, key, value)]
+
+    def routes(self, topic: str, key: bytes | None, value: bytes | None) -> list[Route]:
+        """(lane, destination, subscription, part, error) of each row of one record."""
         destination = self._destinations.get(topic, self._default)
-        try:
-            msg = decode_message(value or b"", codepage=self._codepage)
+        try:  # routing needs the name fields only: the state stage decodes in full
+            elements = scan_message(value or b"", codepage=self._codepage)
         except UrbFormatError as exc:
             sub = (key or b"").decode("latin-1").strip()
-            return [{**base, "lane": self._lanes.get((destination, sub), 0),
-                     "destination": destination, "subscription": sub, "part": 0,
-                     "error": str(exc)}]
-        keys = list(dict.fromkeys(self._keys(destination, msg.elements, key)))
+            return [(self._lanes.get((destination, sub), 0), destination, sub, 0, str(exc))]
+        keys = list(dict.fromkeys(self._keys(destination, elements, key)))
         if not keys:  # a header without elements still belongs somewhere (warnings, if any)
-            keys = [(destination, _subscription_of(msg.elements, key))]
-        return [{**base, "lane": self._lanes.get((d, s), 0), "destination": d,
-                 "subscription": s, "part": i} for i, (d, s) in enumerate(keys)]
+            keys = [(destination, _subscription_of(elements, key))]
+        return [(self._lanes.get((d, s), 0), d, s, i, None) for i, (d, s) in enumerate(keys)]
 
     def element_rows(self, topic: str, partition: int, offset: int, key: bytes | None,
                      value: bytes, wanted: Key, part: int) -> tuple[list[ElementRow], list[str]]:
@@ -160,10 +170,33 @@ class RecordDecoder:
         # subscription/destination they name (a TRSP may leave URBSDNAM blank: then the
         # subscription's only destination from conf); destination-wide status keeps its key.
         # INST replies name no subscription: the one whose conf names their initial state.
-        snam = el.urbssnam or ""
-        if not snam and el.urbsrt == "INST":
-            snam = self._initial_states.get(el.urbsinam or "", "")
-        return (el.urbsdnam or self._home.get(snam) or destination, snam)
+        # ``el`` is a decoded Element or a scanned one (pipeline.urb.scan): fields by name.
+        fields = el.fields
+        snam = fields.get("urbssnam") or ""
+        if not snam and fields.get("urbsrt") == "INST":
+            snam = self._initial_states.get(fields.get("urbsinam") or "", "")
+        return (fields.get("urbsdnam") or self._home.get(snam) or destination, snam)
+
+
+def route_batch(decoder: RecordDecoder, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The decode stage's rows of a batch of Kafka records: each record's columns (taken,
+    not copied through Python, once per key it has) and its route."""
+    topics = batch.column("topic").to_pylist()
+    keys = batch.column("key").to_pylist()
+    values = batch.column("value").to_pylist()
+    index: list[int] = []
+    routes: list[Route] = []
+    for i, (topic, key, value) in enumerate(zip(topics, keys, values, strict=True)):
+        found = decoder.routes(topic, key, value)
+        index += [i] * len(found)
+        routes += found
+    taken = batch.select(list(KAFKA_COLUMNS)).take(pa.array(index, pa.int64()))
+    by_name = {name: taken.column(name) for name in KAFKA_COLUMNS}
+    for name, column in zip(ROUTE_COLUMNS, zip(*routes, strict=True) if routes
+                            else [()] * len(ROUTE_COLUMNS), strict=True):
+        by_name[name] = pa.array(column, ARROW_SCHEMA.field(name).type)
+    return pa.RecordBatch.from_arrays([by_name[n] for n in ARROW_SCHEMA.names],
+                                      schema=ARROW_SCHEMA)
 
 
 def arrow_decoder(decoder: RecordDecoder) -> Callable[[Iterator[pa.RecordBatch]],
@@ -173,13 +206,7 @@ def arrow_decoder(decoder: RecordDecoder) -> Callable[[Iterator[pa.RecordBatch]]
     def decode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             with gc_paused():  # pipeline/spark/gcpause.py
-                cols = batch.to_pydict()
-                rows: list[dict[str, Any]] = []
-                for topic, part, off, key, value in zip(
-                        cols["topic"], cols["partition"], cols["offset"], cols["key"],
-                        cols["value"], strict=True):
-                    rows.extend(decoder.rows(topic, part, off, key, value))
-                out = pa.RecordBatch.from_pylist(rows, schema=ARROW_SCHEMA)
+                out = route_batch(decoder, batch)
             yield out
 
     return decode_batches
