@@ -229,6 +229,10 @@ class Stream(_Model):
     # Min/max statistics for the first N columns (the key columns: names, epoch, tsnr …);
     # Delta's default 32 also covers payload-side columns nobody filters on.
     delta_stats_columns: int = Field(8, ge=-1, le=1_000)
+    # Who writes the bulk tables' data files (pipeline/spark/datafiles.py): ``direct`` — the
+    # state tasks with pyarrow, committed by the driver through delta-spark; ``spark`` — Spark
+    # appends; ``auto`` — direct for a lake on the local file system, Spark otherwise.
+    raw_writer: Literal["auto", "direct", "spark"] = "auto"
     prometheus_port: int | None = Field(None, ge=1024, le=65535)
     gaps: Gaps = Gaps()
     initial_state: InitialState = InitialState()

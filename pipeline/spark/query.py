@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from pipeline.config import Settings
 from pipeline.reassembly import ReassemblyConfig
 from pipeline.reassembly.config import InitialStateTarget
+from pipeline.spark.datafiles import data_files
 from pipeline.spark.decode_stage import Key, RecordDecoder, arrow_decoder, spark_ddl
 from pipeline.spark.lanes import checkpoint_lanes
 from pipeline.spark.sinks import BatchCallback, batch_writer
@@ -82,6 +83,7 @@ def build_plan(spark: SparkSession, settings: Settings,
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     decoder = record_decoder(settings, lanes)
+    files = data_files(settings)  # None: Spark appends every table (stream.raw_writer)
     messages = kafka_source(spark, settings).mapInArrow(arrow_decoder(decoder), spark_ddl())
     grouped = messages.groupBy("lane", "destination", "subscription")
     if settings.stream.state_api == "transformWithStateInPandas":
@@ -89,11 +91,11 @@ def build_plan(spark: SparkSession, settings: Settings,
         from pipeline.spark.state_tws import ReassemblyProcessor
 
         return grouped.transformWithStateInPandas(
-            statefulProcessor=ReassemblyProcessor(reassembly_config(settings), decoder),
+            statefulProcessor=ReassemblyProcessor(reassembly_config(settings), decoder, files),
             outputStructType=OUTPUT_DDL, outputMode="Append", timeMode="ProcessingTime")
     return grouped.applyInPandasWithState(
-        state_function(reassembly_config(settings), decoder), OUTPUT_DDL, STATE_DDL, "append",
-        GroupStateTimeout.ProcessingTimeTimeout)
+        state_function(reassembly_config(settings), decoder, files), OUTPUT_DDL, STATE_DDL,
+        "append", GroupStateTimeout.ProcessingTimeTimeout)
 
 
 def checkpoint_app_id(spark: SparkSession, checkpoint: str) -> str:

@@ -24,9 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Settings
 from pipeline.reassembly.tables import UNIX_EPOCH
+from pipeline.spark.committer import DeltaCommitter
+from pipeline.spark.datafiles import BATCH_PROPERTY, FILES_TABLE, writer_mode
 from pipeline.spark.ledger import CommitLedger
 from pipeline.spark.state_stage import STATS_TABLE
-from pipeline.spark.tables import BLOB_COLUMN, TABLES, json_schema, table_path
+from pipeline.spark.tables import BLOB_COLUMN, DIRECT_TABLES, TABLES, json_schema, table_path
 from pipeline.urb import requests as urb_requests
 
 if TYPE_CHECKING:
@@ -154,32 +156,32 @@ def batch_writer(settings: Settings, app_id: str, on_batch: BatchCallback | None
     # Open gaps per key as of the key's latest call: a key is only called with data or when
     # its timer fires, and its gaps change only then, so the sum is the job's open gaps.
     open_gaps: dict[tuple[str, str], int] = {}
+    direct = writer_mode(settings) == "direct"  # the state tasks write the bulk tables
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         # foreachBatch re-runs the whole plan (including the state function) per action.
         started = time.monotonic()
         clock = _PhaseClock(started)
+        session = batch.sparkSession
+        # The direct writer's tasks name their files and rows by it (datafiles.py).
+        session.sparkContext.setLocalProperty(BATCH_PROPERTY, str(batch_id))
         batch = batch.persist()
         try:
-            counts, stats = _count_tables(batch)
+            rows, stats, files = _count_tables(batch)
+            if direct:  # the bulk tables' JSON rows are mirrors for later stages, not landed
+                files = files or []
+                counts = {t: n for t, n in rows.items() if t not in DIRECT_TABLES}
+            else:
+                files, counts = None, dict(rows)
             counts["bytes"] = sum(int(row["bytes"]) for row in stats)
             open_gaps.update({(row["destination"], row["subscription"]): int(row["open_gaps"])
                               for row in stats})
             counts["open_gaps"] = sum(open_gaps.values())
             clock.lap("t_state_ms")  # Kafka read, decode and the state function run here
-            # Tables are independent Delta logs: commit them concurrently (each is its own
-            # Spark job), which hides most of the per-commit latency.
-            with ThreadPoolExecutor(max_workers=_WRITERS) as pool:
-                session = batch.sparkSession
-                if id(session) not in ledgers:
-                    ledgers[id(session)] = CommitLedger(session, app_id)
-                ledger = ledgers[id(session)]
-                futures = [pool.submit(_write_delta, table_frame(batch, table, batch_id),
-                                       table_path(settings, table), f"{app_id}-{table}",
-                                       batch_id, ledger)
-                           for table in TABLES if counts.get(table)]
-                for future in futures:
-                    future.result()
+            if id(session) not in ledgers:
+                ledgers[id(session)] = CommitLedger(session, app_id)
+            counts.update(_land_tables(settings, batch, batch_id, app_id, counts, files,
+                                       ledgers[id(session)]))
             clock.lap("t_delta_ms")
             # issue 6 (typed tables): one call after the raw tables, only with conf layouts.
             if settings.layouts:
@@ -188,7 +190,7 @@ def batch_writer(settings: Settings, app_id: str, on_batch: BatchCallback | None
                 counts.update(write_typed_tables(batch.sparkSession, batch, batch_id, settings,
                                                  app_id))
                 clock.lap("t_typed_ms")
-            if counts.get("status_events"):  # issue 6.6: utility/lifecycle events, after typed
+            if rows.get("status_events"):  # issue 6.6: utility/lifecycle events, after typed
                 from pipeline.spark.lifecycle import apply_lifecycle
 
                 counts.update(apply_lifecycle(batch.sparkSession, batch, batch_id, settings,
@@ -233,18 +235,57 @@ def latency_rows(stats: list[dict[str, Any]]) -> list[dict[str, datetime | None]
             for row in stats for c, p, s in row.get("times_us", [])]
 
 
-def _count_tables(batch: DataFrame) -> tuple[dict[str, int], list[dict[str, Any]]]:
-    """Rows per table, and the state calls' metrics rows (``STATS_TABLE``), in one job."""
+def _land_tables(settings: Settings, batch: DataFrame, batch_id: int, app_id: str,
+                 counts: dict[str, int], files: list[dict[str, Any]] | None,
+                 ledger: CommitLedger) -> dict[str, int]:
+    """Every table's rows of the batch into Delta, exactly once; rows landed per direct table.
+
+    The tables are independent Delta logs: they commit concurrently, which hides most of the
+    per-commit latency. The direct writer's files (``files``; None when Spark appends every
+    table) are committed by the driver; the other tables' JSON rows are appended by Spark
+    (each its own Spark job).
+    """
+    session = batch.sparkSession
+    by_table: dict[str, list[dict[str, Any]]] = {}
+    for file in files or []:
+        by_table.setdefault(file["table"], []).append(file)
+    committer = DeltaCommitter(session)
+    with ThreadPoolExecutor(max_workers=_WRITERS) as pool:
+        futures = [pool.submit(committer.commit, table_path(settings, table), found,
+                               f"{app_id}-{table}", batch_id, ledger)
+                   for table, found in by_table.items()]
+        futures += [pool.submit(_in_batch, session, batch_id, _write_delta,
+                                table_frame(batch, table, batch_id), table_path(settings, table),
+                                f"{app_id}-{table}", batch_id, ledger)
+                    for table in TABLES if counts.get(table)]
+        for future in futures:
+            future.result()
+    return {table: sum(int(f["rows"]) for f in found) for table, found in by_table.items()}
+
+
+def _in_batch(session: Any, batch_id: int, fn: Callable[..., None], *args: Any) -> None:
+    """Run ``fn`` in a writer thread with the batch's local property: should Spark recompute
+    a lost partition of the persisted batch there, its state tasks need it too."""
+    session.sparkContext.setLocalProperty(BATCH_PROPERTY, str(batch_id))
+    fn(*args)
+
+
+def _count_tables(batch: DataFrame
+                  ) -> tuple[dict[str, int], list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """Rows per table, the state calls' metrics rows (``STATS_TABLE``) and the direct
+    writer's file descriptions (``FILES_TABLE``; None when the batch has none), in one job."""
     from pyspark.sql import functions as F
 
+    small = F.col("table").isin(STATS_TABLE, FILES_TABLE)
     rows = (batch.groupBy("table")
             .agg(F.count(F.lit(1)).alias("count"),
-                 F.collect_list(F.when(F.col("table") == STATS_TABLE, F.col("json")))
-                 .alias("stats"))
+                 F.collect_list(F.when(small, F.col("json"))).alias("small"))
             .collect())
-    counts = {r["table"]: int(r["count"]) for r in rows if r["table"] != STATS_TABLE}
-    stats = [json.loads(j) for r in rows if r["table"] == STATS_TABLE for j in r["stats"]]
-    return counts, stats
+    counts = {r["table"]: int(r["count"]) for r in rows
+              if r["table"] not in (STATS_TABLE, FILES_TABLE)}
+    found = {r["table"]: [json.loads(j) for j in r["small"]] for r in rows
+             if r["table"] in (STATS_TABLE, FILES_TABLE)}
+    return counts, found.get(STATS_TABLE, []), found.get(FILES_TABLE)
 
 
 def _collect(batch: DataFrame, table: str) -> list[dict[str, Any]]:

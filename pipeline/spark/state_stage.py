@@ -27,12 +27,15 @@ from pipeline.reassembly.rows import ElementRow
 from pipeline.reassembly.tables import (
     UNIX_EPOCH,
     events_to_rows,
+    events_to_tables,
     ms_to_datetime,
     stck_to_datetime,
 )
+from pipeline.spark.datafiles import DataFiles, task_batch_id
 from pipeline.spark.decode_stage import ERROR_EYE, WARNING_EYE, RecordDecoder
 from pipeline.spark.gcpause import gc_paused
 from pipeline.spark.tables import BLOB_COLUMN
+from pipeline.urb import UrbFormatError
 
 OUTPUT_DDL = "table string, json string, blob binary"
 STATS_TABLE = "_stats"
@@ -51,16 +54,25 @@ def _quarantine_row(rec: dict[str, Any], source: str, eye: str, reason: str) -> 
 def split_rows(pdf: pd.DataFrame, decoder: RecordDecoder
                ) -> tuple[list[ElementRow], list[dict[str, Any]]]:
     """Element rows of this key for the machine, and quarantine rows for what the codec
-    rejected (whole records) or skipped (unknown elements, reported once per record)."""
+    rejected (whole records) or skipped (unknown elements, reported once per record).
+
+    A record the decode stage's scan routed can still fail the full decode here (a bad URBD
+    or URBS length, say): it is quarantined once, with its first key (``part`` 0)."""
     elements: list[ElementRow] = []
     rejected: list[dict[str, Any]] = []
     for rec in pdf.to_dict("records"):
         if rec["error"] is not None:
             rejected.append(_quarantine_row(rec, "decode", ERROR_EYE, rec["error"]))
             continue
-        rows, warnings = decoder.element_rows(
-            rec["topic"], int(rec["partition"]), int(rec["offset"]), rec["key"],
-            bytes(rec["value"]), (rec["destination"], rec["subscription"]), int(rec["part"]))
+        try:
+            rows, warnings = decoder.element_rows(
+                rec["topic"], int(rec["partition"]), int(rec["offset"]), rec["key"],
+                bytes(rec["value"]), (rec["destination"], rec["subscription"]),
+                int(rec["part"]))
+        except UrbFormatError as exc:
+            if int(rec["part"]) == 0:
+                rejected.append(_quarantine_row(rec, "decode", ERROR_EYE, str(exc)))
+            continue
         elements.extend(rows)
         rejected.extend(_quarantine_row(rec, "decode_warning", WARNING_EYE, w)
                         for w in warnings)
@@ -116,22 +128,31 @@ def key_stats(key: tuple[str, str], frames: list[pd.DataFrame], state: KeyState 
 
 
 def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int,
-                 stats: dict[str, Any] | None = None) -> pd.DataFrame:
+                 stats: dict[str, Any] | None = None, files: DataFiles | None = None
+                 ) -> pd.DataFrame:
     """One call's output frame: the events' table rows plus the decoder's rejected records,
     quarantined at the batch's processing time, plus the call's ``stats`` row (table
-    ``STATS_TABLE``: read by the sink for the metrics, never landed). Shared by both state
+    ``STATS_TABLE``: read by the sink for the metrics, never landed). With ``files`` (the
+    direct writer) the bulk tables' rows are written as Parquet here and the frame carries
+    their file descriptions instead (``pipeline.spark.datafiles``). Shared by both state
     APIs."""
-    tables = events_to_rows(events, now_ms)
+    if files is None:
+        tables, columns = events_to_rows(events, now_ms), {}
+    else:  # the landed transactions' tables as columns, for Arrow
+        tables, columns = events_to_tables(events, now_ms)
     for row in rejected:
         row["quarantined_at"] = ms_to_datetime(now_ms)
     tables.setdefault("quarantine", []).extend(rejected)
     if stats is not None:
         tables[STATS_TABLE] = [{**stats, "landed_us": now_ms * 1000}]
+    if files is not None:
+        tables = files.split(tables, columns, task_batch_id())
     return to_output(tables)
 
 
-def state_function(config: ReassemblyConfig, decoder: RecordDecoder):
-    """The function passed to applyInPandasWithState."""
+def state_function(config: ReassemblyConfig, decoder: RecordDecoder,
+                   files: DataFiles | None = None):
+    """The function passed to applyInPandasWithState (``files``: the direct writer, if on)."""
 
     def reassemble(key: tuple[str, str], frames: Iterator[pd.DataFrame],
                    state: Any) -> Iterator[pd.DataFrame]:
@@ -154,7 +175,7 @@ def state_function(config: ReassemblyConfig, decoder: RecordDecoder):
             if result.next_timeout_ms is not None and result.next_timeout_ms > now_ms:
                 state.setTimeoutDuration(result.next_timeout_ms - now_ms)
             out = batch_output(result.events, rejected, now_ms,
-                               key_stats(key, pdfs, result.state, result.events))
+                               key_stats(key, pdfs, result.state, result.events), files)
         yield out
 
     return reassemble

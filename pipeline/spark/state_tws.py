@@ -53,6 +53,7 @@ from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValu
 from pipeline.reassembly import KeyState, ReassemblyConfig, step
 from pipeline.reassembly.events import ImageOut, TransactionComplete
 from pipeline.reassembly.rows import ElementRow
+from pipeline.spark.datafiles import DataFiles
 from pipeline.spark.decode_stage import RecordDecoder
 from pipeline.spark.gcpause import gc_paused
 from pipeline.spark.state_stage import OUTPUT_DDL, batch_output, key_stats, split_rows
@@ -80,9 +81,11 @@ def _completes(event: object, spilled: tuple[int, int, int, int]) -> bool:
 class ReassemblyProcessor(StatefulProcessor):
     """``pipeline.reassembly.step`` per (destination, subscription), open images in ListState."""
 
-    def __init__(self, config: ReassemblyConfig, decoder: RecordDecoder) -> None:
+    def __init__(self, config: ReassemblyConfig, decoder: RecordDecoder,
+                 files: DataFiles | None = None) -> None:
         self.config = config
         self.decoder = decoder
+        self.files = files  # the direct writer (pipeline/spark/datafiles.py), or None
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -134,7 +137,7 @@ class ReassemblyProcessor(StatefulProcessor):
         self._save(result.state, spilled)
         self._arm(result.next_timeout_ms, now_ms)
 
-        return batch_output(events, rejected, now_ms, stats)
+        return batch_output(events, rejected, now_ms, stats, self.files)
 
     def _save(self, st: KeyState | None, spilled: tuple[int, int, int, int] | None) -> None:
         """Append the open Partial's new images to the list, save the header without them."""

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from pipeline.config import Settings
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
@@ -86,6 +87,9 @@ SCHEMAS: dict[str, str] = {
 BLOB_COLUMN = {"images": "payload", "status_events": "data", "quarantine": "raw",
                "layouts": "raw"}
 TABLES = tuple(SCHEMAS)
+#: Tables the direct writer lands from the state tasks' own Parquet files (every batch brings
+#: rows for them); the others stay on the Spark append path (pipeline/spark/datafiles.py).
+DIRECT_TABLES = ("transactions", "records", "images", "status_events")
 
 
 def json_schema(table: str) -> str:
@@ -93,6 +97,23 @@ def json_schema(table: str) -> str:
     blob = BLOB_COLUMN.get(table)
     cols = [c.strip() for c in SCHEMAS[table].split(",")]
     return ", ".join(c for c in cols if not blob or not c.startswith(f"{blob} "))
+
+
+def columns(table: str) -> list[tuple[str, str]]:
+    """(name, Spark SQL type) of every column a landed row has, ``batch_id`` last."""
+    pairs = [c.strip().split(" ", 1) for c in SCHEMAS[table].split(",")]
+    return [(name, typ.strip()) for name, typ in pairs] + [("batch_id", "bigint")]
+
+
+def arrow_schema(table: str) -> pa.Schema:
+    """The table's schema for pyarrow, column for column what Spark declares (the direct
+    writer's Parquet files must read back exactly like Spark's own)."""
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(),
+             "boolean": pa.bool_(), "timestamp": pa.timestamp("us", tz="UTC"),
+             "binary": pa.binary(), "array<bigint>": pa.list_(pa.int64())}
+    return pa.schema([(name, types[typ]) for name, typ in columns(table)])
 
 
 def table_path(settings: Settings, table: str) -> str:
