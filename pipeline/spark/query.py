@@ -127,7 +127,7 @@ def start_stream(spark: SparkSession, settings: Settings, *,
     """Create the tables, attach the metrics listener (JSON lines in stream.metrics_file,
     Prometheus on stream.prometheus_port), then start the query from its checkpoint.
     ``on_batch(batch_id, table_counts, seconds)`` is called after every batch's writes."""
-    from pipeline.ops.metrics import attach_metrics, latency_breakdown
+    from pipeline.ops.metrics import attach_metrics, latency_breakdown_us
 
     ensure_tables(spark, settings)
     checkpoint = settings.location(settings.stream.checkpoint_dir)
@@ -142,8 +142,8 @@ def start_stream(spark: SparkSession, settings: Settings, *,
         if on_batch is not None:
             on_batch(batch_id, counts, seconds)
 
-    def latency(batch_id: int, rows: list) -> None:
-        listener.record_batch_latency(batch_id, latency_breakdown(rows))
+    def latency(batch_id: int, times: list) -> None:
+        listener.record_batch_latency(batch_id, latency_breakdown_us(times))
 
     query = (build_plan(spark, settings, lanes).writeStream
              .foreachBatch(batch_writer(settings, app_id, batch_done, latency))

@@ -19,11 +19,9 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Settings
-from pipeline.reassembly.tables import UNIX_EPOCH
 from pipeline.spark.committer import DeltaCommitter
 from pipeline.spark.datafiles import BATCH_PROPERTY, FILES_TABLE, writer_mode
 from pipeline.spark.ledger import CommitLedger
@@ -144,7 +142,7 @@ def send_requests_and_alerts(settings: Settings, out: KafkaOut, requests: list[d
 
 
 BatchCallback = Callable[[int, dict[str, int], float], None]
-LatencyCallback = Callable[[int, list[Any]], None]
+LatencyCallback = Callable[[int, list[tuple[int | None, ...]]], None]
 
 
 def batch_writer(settings: Settings, app_id: str, on_batch: BatchCallback | None = None,
@@ -201,7 +199,7 @@ def batch_writer(settings: Settings, app_id: str, on_batch: BatchCallback | None
                 send_requests_and_alerts(settings, out, requests, alerts)
             clock.lap("t_kafka_ms")
             if on_latency is not None and counts.get("transactions"):
-                on_latency(batch_id, latency_rows(stats))
+                on_latency(batch_id, latency_times(stats))
             clock.lap("t_latency_ms")
             if on_batch is not None:
                 on_batch(batch_id, {**counts, **clock.laps}, time.monotonic() - started)
@@ -224,15 +222,10 @@ class _PhaseClock:
         self._last = now
 
 
-def latency_rows(stats: list[dict[str, Any]]) -> list[dict[str, datetime | None]]:
-    """The landed transactions' time stamps, from the state calls' metrics rows, shaped like
-    ``transactions`` rows for ``pipeline.ops.metrics.latency_breakdown``."""
-    def moment(us: int | None) -> datetime | None:
-        return None if us is None else UNIX_EPOCH + timedelta(microseconds=us)
-
-    return [{"commit_time": moment(c), "processed_time": moment(p), "sent_time": moment(s),
-             "landed_at": moment(row["landed_us"])}
-            for row in stats for c, p, s in row.get("times_us", [])]
+def latency_times(stats: list[dict[str, Any]]) -> list[tuple[int | None, ...]]:
+    """The landed transactions' time stamps (Unix µs: commit, processed, sent, landed), from
+    the state calls' metrics rows, for ``pipeline.ops.metrics.latency_breakdown_us``."""
+    return [(c, p, s, row["landed_us"]) for row in stats for c, p, s in row.get("times_us", [])]
 
 
 def _land_tables(settings: Settings, batch: DataFrame, batch_id: int, app_id: str,

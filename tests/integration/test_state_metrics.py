@@ -8,12 +8,12 @@ import json
 import pandas as pd
 import pytest
 
-from pipeline.ops.metrics import latency_breakdown
+from pipeline.ops.metrics import latency_breakdown, latency_breakdown_us
 from pipeline.reassembly import KeyState
 from pipeline.reassembly.events import TransactionComplete
 from pipeline.reassembly.gaps import Gap
 from pipeline.spark.decode_stage import ERROR_EYE, RecordDecoder
-from pipeline.spark.sinks import latency_rows
+from pipeline.spark.sinks import latency_times
 from pipeline.spark.state_stage import STATS_TABLE, batch_output, key_stats, split_rows
 from pipeline.urb import encode_message, make_element
 
@@ -54,12 +54,19 @@ def test_landed_transactions_carry_their_times_for_the_latency_legs() -> None:
     assert len(stats["times_us"]) == 1
     landed_ms = (stats["times_us"][0][0] // 1000) + 10_000  # landed 10 s after the commit
     row = json.loads(batch_output([], [], landed_ms, stats)["json"].iloc[-1])
-    legs = latency_breakdown(latency_rows([row]))
+    legs = latency_breakdown_us(latency_times([row]))
     assert legs["commit_to_processed"]["p50"] == 1.0
     assert legs["processed_to_sent"]["p50"] == 2.0
     # landed is the batch time in whole ms: up to 1 ms below the 10 s
     assert legs["commit_to_landed"]["p50"] == pytest.approx(10.0, abs=1e-3)
     assert legs["sent_to_landed"]["p50"] == pytest.approx(7.0, abs=1e-3)
+    # the same legs as from transactions rows (datetimes, aware or naive)
+    moments = [pd.Timestamp(us, unit="us", tz="UTC").to_pydatetime()
+               for us in latency_times([row])[0]]
+    names = ("commit_time", "processed_time", "sent_time", "landed_at")
+    assert latency_breakdown([dict(zip(names, moments, strict=True))]) == legs
+    assert latency_breakdown([{n: m.replace(tzinfo=None) for n, m in
+                               zip(names, moments, strict=True)}]) == legs
 
 
 def test_a_record_with_two_keys_becomes_two_rows_and_each_key_gets_its_elements() -> None:
