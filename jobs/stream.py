@@ -7,7 +7,8 @@ Reads the replicator output topics named in the conf, reassembles transactions p
 (destination, subscription), requests prior transactions for gaps, and lands every table in
 Delta exactly once (see README.md). Runs until stopped (SIGTERM/SIGINT stop it cleanly at a
 batch boundary; a kill -9 is also safe: the next start resumes from the checkpoint).
-Exit codes: 0 stopped cleanly, 2 invalid configuration, 1 the query failed.
+Exit codes: 0 stopped cleanly, 1 the query failed, 2 invalid configuration, 3 Kafka out of
+reach at start.
 """
 
 from __future__ import annotations
@@ -45,9 +46,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from pipeline.spark.query import start_stream
     from pipeline.spark.session import build_session
+    from pipeline.spark.sinks import KafkaUnreachable
 
     spark = build_session(settings)
-    query = start_stream(spark, settings, trigger_interval=args.trigger)
+    try:
+        query = start_stream(spark, settings, trigger_interval=args.trigger)
+    except KafkaUnreachable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
     logging.getLogger("urbpipe").info("query %s started (id %s)", query.name, query.id)
 
     # The handler only records the signal: it runs on the main thread while that thread is

@@ -66,14 +66,34 @@ def _write_delta(frame: DataFrame, path: str, app_id: str, batch_id: int,
     writer.save(path)
 
 
+class KafkaUnreachable(RuntimeError):
+    """The job's producer could not reach Kafka at start."""
+
+
 class KafkaOut:
-    """Producer for requests and alerts (created lazily on the driver)."""
+    """Producer for requests and alerts, on the driver."""
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._producer: Any = None
 
+    def connect(self, timeout_s: float = 30.0) -> None:
+        """Create the producer and fetch the cluster's metadata: the job finds out at start,
+        in one line, that Kafka is out of reach, and its first batch need not connect."""
+        from confluent_kafka import KafkaException
+
+        try:
+            self._ensure().list_topics(timeout=timeout_s)
+        except KafkaException as exc:
+            raise KafkaUnreachable(
+                f"cannot reach Kafka at {self._settings.kafka.bootstrap_servers} within "
+                f"{timeout_s:g} s: {exc.args[0] if exc.args else exc}") from None
+
     def send(self, topic: str, key: str, value: bytes, headers: dict[str, str]) -> None:
+        self._ensure().produce(topic, key=key.encode(), value=value,
+                               headers=list(headers.items()))
+
+    def _ensure(self) -> Any:
         if self._producer is None:
             from confluent_kafka import Producer
 
@@ -82,8 +102,7 @@ class KafkaOut:
             self._producer = Producer({**self._settings.kafka.confluent(),
                                        "enable.idempotence": "true", "linger.ms": "5"},
                                       logger=quiet)
-        self._producer.produce(topic, key=key.encode(), value=value,
-                               headers=list(headers.items()))
+        return self._producer
 
     def flush(self) -> None:
         if self._producer is not None and self._producer.flush(30) > 0:
@@ -148,8 +167,9 @@ LatencyCallback = Callable[[int, list[tuple[int | None, ...]]], None]
 def batch_writer(settings: Settings, app_id: str, on_batch: BatchCallback | None = None,
                  on_latency: LatencyCallback | None = None,
                  ) -> Callable[[DataFrame, int], None]:
-    """The foreachBatch function."""
+    """The foreachBatch function (its producer connects now: see ``KafkaOut.connect``)."""
     out = KafkaOut(settings)
+    out.connect()
     ledgers: dict[int, CommitLedger] = {}  # one per Spark session (a restart makes a new one)
     # Open gaps per key as of the key's latest call: a key is only called with data or when
     # its timer fires, and its gaps change only then, so the sum is the job's open gaps.
