@@ -102,8 +102,8 @@ class DataFiles:
             files.append(self._write(table, [pa.array(cols[f.name], f.type)
                                              for f in arrow_schema(table) if f.name in cols],
                                      batch_id))
-            keep = [i for i, s in enumerate(subs) if s in self.mirror_subscriptions]
-            if keep:
+            if self.mirror_subscriptions.intersection(subs):
+                keep = [i for i, s in enumerate(subs) if s in self.mirror_subscriptions]
                 out[table] = columns_to_rows(table, cols, keep)
         statuses = tables.get("status_events") or []
         if statuses:

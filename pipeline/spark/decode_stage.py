@@ -132,17 +132,19 @@ class RecordDecoder:
         (reported once per record: with its first key, ``part`` 0)."""
         msg = decode_message(value, codepage=self._codepage)
         destination = self._destinations.get(topic, self._default)
-        head = msg.header
+        msnr, htime = msg.header.urbhmsnr, msg.header.urbhtime or 0
         out = []
         for index, (el, el_key) in enumerate(
                 zip(msg.elements, self._keys(destination, msg.elements, key), strict=True)):
             if el_key != wanted:
                 continue
             eye = el.eye
-            data = None
             if eye in _PASS_FIELDS:  # read by name only: the decoder's dict as it is
-                fields = el.fields
-            elif eye == "URBS":  # lands in status_events.fields_json: DSECT fields that are set
+                out.append(ElementRow(topic, partition, offset, index, msnr, htime, eye,
+                                      el.fields, el.payload if eye == "URBD" else None))
+                continue
+            data = None
+            if eye == "URBS":  # lands in status_events.fields_json: DSECT fields that are set
                 names = _FIELD_NAMES["URBS"]
                 fields = {k: v for k, v in el.fields.items() if v is not None and k in names}
                 data = el.data or None
@@ -152,10 +154,8 @@ class RecordDecoder:
                 names = _FIELD_NAMES.get(eye)
                 fields = ({k: v for k, v in el.fields.items() if v is not None and k in names}
                           if names is not None else {})
-            out.append(ElementRow(
-                topic=topic, partition=partition, offset=offset, elem_index=index,
-                urbhmsnr=head.urbhmsnr, urbhtime=head.urbhtime or 0, eye=eye, fields=fields,
-                payload=el.payload if eye == "URBD" else None, data=data))
+            out.append(ElementRow(topic, partition, offset, index, msnr, htime, eye, fields,
+                                  None, data))
         return out, (list(msg.warnings) if part == 0 else [])
 
     def _keys(self, destination: str, elements: list[Any], kafka_key: bytes | None
