@@ -16,7 +16,8 @@ What one run does, on this machine:
 3. measures, each in its own Spark driver process (so each phase's peak memory is its own and
    neither warms the other's JVM), from ``earliest`` until every message is processed:
    (a) ``raw``: Spark's Kafka source straight into one Delta table, binary values, no decoding;
-   (b) ``pipeline``: ``start_stream`` — decode, reassembly with state, nine Delta tables;
+   (b) ``pipeline``: ``start_stream`` — decode, reassembly with state, the job's Delta tables
+       (the bulk ones from the state tasks' own files, ``stream.raw_writer``);
 4. prints messages/s, transactions/s, MB/s, p50/p99 end-to-end latency, peak memory (driver
    JVM, driver Python, Python workers; /proc RSS), the per-batch time breakdown, the ratio b/a
    (goal ≥ 0.5) and the codec's ratio to adapya-era.
@@ -50,6 +51,7 @@ import yaml  # noqa: E402
 
 from benchmarks.procmem import PeakSampler, TreeMemory, load_average  # noqa: E402
 from pipeline.config import Settings, load_settings  # noqa: E402
+from pipeline.spark.datafiles import writer_mode  # noqa: E402
 
 TEMPLATE = ROOT / "benchmarks" / "bench.yaml"
 BENCH_DIR = ROOT / ".bench"
@@ -87,6 +89,7 @@ def throughput_settings(settings: Settings) -> dict[str, Any]:
     return {"max_offsets_per_trigger": st.max_offsets_per_trigger,
             "trigger_interval": st.trigger_interval,
             "shuffle_partitions": st.shuffle_partitions,
+            "raw_writer": writer_mode(settings), "state_api": st.state_api,
             "kafka_partitions": settings.kafka.local_broker.partitions,
             "master": settings.spark.master, "driver_memory": settings.spark.driver_memory}
 
@@ -401,7 +404,7 @@ def report(settings: Settings, load: dict[str, Any], results: dict[str, dict[str
         print(f"  {name}: {parts}")
     if full.get("sink"):
         s = full["sink"]
-        print(f"  (b) foreachBatch sink (decode+state+9 Delta commits run inside it): "
+        print(f"  (b) foreachBatch sink (Kafka read, decode, state, Delta commits run in it): "
               f"{s['sink_ms']:.0f} ms of {s['batch_ms']:.0f} ms per batch; state after the "
               f"run: {s['state_rows_last']} rows, {s['state_memory_mb_last']:.1f} MB")
     print(f"landed: raw {raw.get('landed_messages')} messages; pipeline "
@@ -431,6 +434,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-offsets", type=int, help="stream.max_offsets_per_trigger override")
     p.add_argument("--trigger", help="stream.trigger_interval override, e.g. '0 seconds'")
     p.add_argument("--shuffle-partitions", type=int, help="stream.shuffle_partitions override")
+    p.add_argument("--raw-writer", choices=["auto", "direct", "spark"],
+                   help="stream.raw_writer override (who writes the bulk tables' files)")
+    p.add_argument("--state-api", choices=["transformWithStateInPandas",
+                                            "applyInPandasWithState"],
+                   help="stream.state_api override")
     p.add_argument("--timeout", type=float, default=1800.0, help="per phase, seconds")
     p.add_argument("--keep-broker", action="store_true", help="leave the bench broker running")
     p.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)
@@ -441,7 +449,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
     given = {"max_offsets_per_trigger": args.max_offsets, "trigger_interval": args.trigger,
-             "shuffle_partitions": args.shuffle_partitions}
+             "shuffle_partitions": args.shuffle_partitions, "raw_writer": args.raw_writer,
+             "state_api": args.state_api}
     return {k: v for k, v in given.items() if v is not None}
 
 
