@@ -178,7 +178,12 @@ class ElementSeen:
 
 @dataclass(frozen=True, slots=True)
 class StatusReceived(ElementSeen):
-    """A URBS element with all its fields and data (landed in ``status_events``)."""
+    """A URBS element with all its fields and data (landed in ``status_events``).
+
+    ``big_endian``: the byte order of the message it came in (URBHBORD), which its URBSDATA
+    (RPLS/RPLE file lists, the URBSU detail of AUTI) is written in; None when not known."""
+
+    big_endian: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -233,7 +233,7 @@ class _Run:
             subscription=self.subscription, destination=self.destination, epoch=self.st.epoch,
             fields=dict(row.fields), data=row.data, topic=row.topic, partition=row.partition,
             offset=row.offset, elem_index=row.elem_index, urbhtime=row.urbhtime,
-            at_ms=self.now))
+            at_ms=self.now, big_endian=row.big_endian))
         if row.char("urbsrt") == "INST":
             self.events.extend(initial_state.on_reply(self.st.inst, row, self.config,
                                                       self._where()))

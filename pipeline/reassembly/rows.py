@@ -39,6 +39,7 @@ class ElementRow(NamedTuple):
     fields: Mapping[str, object] = _NO_FIELDS
     payload: bytes | None = None
     data: bytes | None = None
+    big_endian: bool | None = None  # the message's byte order (URBHBORD), kept for URBS data
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, object]) -> ElementRow:

@@ -296,6 +296,7 @@ def _status(e: StatusReceived, now_ms: int, out: Rows) -> None:
         "sent_time": stck_to_datetime(e.urbhtime), "topic": e.topic,
         "partition": e.partition, "offset": e.offset, "elem_index": e.elem_index,
         "fields_json": _json(f), "received_at": ms_to_datetime(e.at_ms),
+        "big_endian": e.big_endian,
     })
     if st in ALERT_STATUSES:
         _alert(out, e, f"status_{st.lower()}", "critical", f"replicator status {st}",

@@ -155,7 +155,7 @@ class RecordDecoder:
                 fields = ({k: v for k, v in el.fields.items() if v is not None and k in names}
                           if names is not None else {})
             out.append(ElementRow(topic, partition, offset, index, msnr, htime, eye, fields,
-                                  None, data))
+                                  None, data, msg.big_endian))
         return out, (list(msg.warnings) if part == 0 else [])
 
     def _keys(self, destination: str, elements: list[Any], kafka_key: bytes | None

@@ -126,7 +126,8 @@ def _status_rows(batch: DataFrame, batch_id: int) -> list[dict[str, Any]]:
 
 
 def _big_endian(settings: Settings, row: Mapping[str, Any]) -> bool | None:
-    """EBCDIC subscriptions come from a mainframe (big endian); ASCII ones are inferred."""
+    """For rows landed before ``status_events.big_endian`` existed (``interpret`` prefers the
+    row's own): EBCDIC subscriptions come from a mainframe (big endian); ASCII is inferred."""
     sub = next((s for s in settings.subscriptions if s.name == row.get("subscription")), None)
     return True if sub is not None and sub.ebcdic else None
 

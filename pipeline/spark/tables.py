@@ -40,7 +40,7 @@ SCHEMAS: dict[str, str] = {
         "snam string, dnam string, tsnr bigint, dbid int, fnr int, err_info string, "
         "data binary, time timestamp, process_time timestamp, commit_time timestamp, "
         "sent_time timestamp, topic string, partition int, offset bigint, elem_index int, "
-        "fields_json string, received_at timestamp"),
+        "fields_json string, received_at timestamp, big_endian boolean"),
     "gaps": (
         f"{_NAMES}, gap_id string, from_tsnr bigint, to_tsnr bigint, state string, "
         "requests_sent int, missing_count int, opened_at timestamp, updated_at timestamp, "

@@ -138,10 +138,14 @@ class LifecycleEvent:
 def interpret(row: Mapping[str, Any], big_endian: bool | None = None) -> LifecycleEvent | None:
     """A ``status_events`` row → its lifecycle event, or None when it concerns no file.
 
-    URBSDATA is landed without its message header, so the byte order of an RPLS/RPLE file list
-    is ``big_endian`` when known (an EBCDIC subscription: a mainframe) and otherwise the reading
-    with the smaller file numbers; URBSU details infer it themselves (:func:`decode_urbsu`).
+    URBSDATA (an RPLS/RPLE file list, the URBSU detail of AUTI) is in its message's byte order,
+    which the row carries (``big_endian``, from URBHBORD). Rows landed before that column
+    existed fall back to the ``big_endian`` argument (an EBCDIC subscription: a mainframe) and
+    then to the reading with the smaller numbers.
     """
+    landed = row.get("big_endian")
+    if landed is not None:
+        big_endian = bool(landed)
     st = str(row.get("st") or "").strip()
     if st not in LIFECYCLE_STATUSES:
         return None
@@ -155,7 +159,7 @@ def interpret(row: Mapping[str, Any], big_endian: bool | None = None) -> Lifecyc
     }
     fnr = int(row.get("fnr") or 0)
     if st == "AUTI":
-        return _utility(base, fnr, data)
+        return _utility(base, fnr, data, big_endian)
     files = _file_list(data, big_endian) if st in ("RPLS", "RPLE") else ()
     files = files or ((fnr,) if fnr else ())
     return _status(base, files)
@@ -189,9 +193,10 @@ def _status(base: dict[str, Any], files: tuple[int, ...]) -> LifecycleEvent:
     return LifecycleEvent(**base, files=files, action=Action.RECORD, reason=why)
 
 
-def _utility(base: dict[str, Any], fnr: int, data: bytes) -> LifecycleEvent:
+def _utility(base: dict[str, Any], fnr: int, data: bytes,
+             big_endian: bool | None) -> LifecycleEvent:
     files = (fnr,) if fnr else ()
-    detail = decode_urbsu(data)
+    detail = decode_urbsu(data, big_endian)
     if detail is None:
         return LifecycleEvent(**base, files=files, action=Action.RECORD,
                               reason=f"AUTI without a URBSU detail ({len(data)} bytes)")
@@ -207,13 +212,14 @@ def _utility_reason(name: str, detail: Mapping[str, Any]) -> str:
     return f"{name} ({shown})" if shown else name
 
 
-def decode_urbsu(data: bytes) -> dict[str, Any] | None:
+def decode_urbsu(data: bytes, big_endian: bool | None = None) -> dict[str, Any] | None:
     """The URBSU head and its utility detail from URBSDATA; None when it is not a URBSU.
 
-    Text fields tell the form (the eye-catcher is 'URBSU' in EBCDIC or ASCII). Numbers need the
-    byte order, which the message header had: EBCDIC data comes from a mainframe (big endian);
-    ASCII data is read both ways and the reading with the smaller magnitudes wins (field
-    lengths, flags and file numbers are small), little endian on a tie.
+    Text fields tell the form (the eye-catcher is 'URBSU' in EBCDIC or ASCII). Numbers are in
+    the message's byte order: ``big_endian`` when known (URBHBORD, landed with the status);
+    else EBCDIC data is taken as a mainframe's (big endian) and ASCII data is read both ways,
+    the reading with the smaller magnitudes winning (field lengths, flags and file numbers are
+    small), little endian on a tie.
     """
     if len(data) < URBSU_BIG.size:
         return None
@@ -221,7 +227,8 @@ def decode_urbsu(data: bytes) -> dict[str, Any] | None:
     if not ebcdic and not data.startswith(b"URBSU"):
         return None
     text = data.decode("cp037" if ebcdic else "latin-1")
-    readings = [_read_urbsu(data, text, big) for big in ((True,) if ebcdic else (False, True))]
+    orders = (big_endian,) if big_endian is not None else (True,) if ebcdic else (False, True)
+    readings = [_read_urbsu(data, text, big) for big in orders]
     return min(readings, key=_magnitude)
 
 

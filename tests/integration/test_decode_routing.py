@@ -9,6 +9,7 @@ take every element exactly once, and none takes nothing.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -84,3 +85,20 @@ def test_route_batch_gives_the_rows_of_each_record_in_order() -> None:
     assert [r["subscription"] for r in want] == ["COLOR", "COLOR", "EMPL", "COLOR"]
     assert want[-1]["error"] and want[-1]["part"] == 0
     assert route_batch(DECODER, batch.slice(0, 0)).num_rows == 0
+
+
+@pytest.mark.parametrize(("ebcdic", "big"), [(True, True), (False, False), (False, True)])
+def test_a_status_lands_with_its_message_s_byte_order(ebcdic: bool, big: bool) -> None:
+    """URBSDATA (RPLS file lists, URBSU details) is in its message's byte order: the status
+    row carries URBHBORD so the lifecycle step never has to guess it."""
+    from pipeline.reassembly import ReassemblyConfig, events_to_rows, step
+
+    raw = encode_message(None, [make_element("URBS", urbsst="RPLS", urbssnam="COLOR",
+                                             files=[256, 4])], ebcdic=ebcdic, big_endian=big)
+    (row,) = DECODER.rows("t.out1", 0, 3, b"COLOR", raw)
+    elements, _ = DECODER.element_rows("t.out1", 0, 3, b"COLOR", raw,
+                                       (row["destination"], row["subscription"]), row["part"])
+    assert [e.big_endian for e in elements] == [big]
+    result = step(None, elements, 1_750_000_000_000, ReassemblyConfig(), ("OUT1", "COLOR"))
+    (status,) = events_to_rows(result.events, 1_750_000_000_000)["status_events"]
+    assert status["big_endian"] is big

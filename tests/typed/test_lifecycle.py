@@ -40,8 +40,9 @@ EMPLOYEE = {"format_buffer": "AA,8,A,AH,4,P,AS,5,P,2,AT,2,B,AU,2,U,AO,30,A.", "d
 def status_row(st_: str, *, ebcdic: bool = True, big: bool = True, fnr: int = 4,
                dbid: int = 10006, sub: str = "COLOR", rsp: int = 0,
                detail: dict | None = None, files: list[int] | None = None,
-               commit: datetime | None = T0) -> dict:
-    """One status as the ``status_events`` table holds it, from encoded bytes."""
+               commit: datetime | None = T0, landed_order: bool = True) -> dict:
+    """One status as the ``status_events`` table holds it, from encoded bytes (with the
+    message's byte order, as the job lands it; ``landed_order=False``: a row from before)."""
     extra: dict = {}
     if detail is not None:
         extra["detail"] = make_element("URBSU", **detail)
@@ -53,7 +54,8 @@ def status_row(st_: str, *, ebcdic: bool = True, big: bool = True, fnr: int = 4,
     el = decode_message(encode_message(None, [urbs], ebcdic=ebcdic, big_endian=big)).elements[0]
     event = StatusReceived(subscription=sub, destination="OUT1", epoch=1, fields=el.fields,
                            data=el.data or None, topic="t", partition=0, offset=7, elem_index=0,
-                           urbhtime=0, at_ms=1_700_000_000_000)
+                           urbhtime=0, at_ms=1_700_000_000_000,
+                           big_endian=big if landed_order else None)
     return events_to_rows([event], 0)["status_events"][0]
 
 
@@ -111,6 +113,20 @@ def test_replay_file_list_comes_from_urbsdata(ebcdic, big) -> None:
     event = interpret(status_row("RPLS", ebcdic=ebcdic, big=big, fnr=0, files=[4, 11]),
                       big_endian=True if ebcdic else None)
     assert event is not None and event.files == (4, 11) and event.stale_kind == "replay"
+
+
+@pytest.mark.parametrize(("ebcdic", "big"), FORMS)
+def test_byte_order_comes_from_the_message_not_a_guess(ebcdic, big) -> None:
+    """Files 256 and 512 read the other way round are 1 and 2, the smaller reading the old
+    inference chose; a URBSU length of 256 likewise. The landed URBHBORD decides."""
+    rpls = interpret(status_row("RPLS", ebcdic=ebcdic, big=big, fnr=0, files=[256, 512]))
+    assert rpls is not None and rpls.files == (256, 512)
+    event = auti(0x41, (ebcdic, big), fieldname="AB", newlength=256)
+    assert event.detail["newlength"] == 256
+    # a row landed before the column existed (no order): the conf hint, then the inference
+    old = status_row("RPLS", ebcdic=ebcdic, big=big, fnr=0, files=[4, 11], landed_order=False)
+    assert old["big_endian"] is None
+    assert interpret(old, big_endian=big).files == (4, 11)  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("st_", ["STRT", "TERM", "SUBS", "C5DA", "INIT", "CMPL", "TRSP"])
