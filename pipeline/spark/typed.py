@@ -201,9 +201,14 @@ def joined_rows(batch: DataFrame, settings: Settings) -> tuple[DataFrame, DataFr
         *KEYS, "occ", "dbid", "commit_time", "origin", "landed_at")
     recs = (_occurrence(_rows(seq, "records"), "rsnr")
             .select(*KEYS, "occ", "rsnr", "fnr", "isn", F.col("type").alias("record_type"),
-                    "rsp")
+                    "rsp", "record_time")
             .join(txs, [*KEYS, "occ"])
-            .where(_file_filter(list(settings.layouts))))
+            .where(_file_filter(list(settings.layouts)))
+            # versioning.change_time: an initial-state record is as new as its read (URBRTIME)
+            .withColumn("commit_time", F.when(
+                (F.col("record_type") == "R") & F.col("record_time").isNotNull(),
+                F.col("record_time")).otherwise(F.col("commit_time")))
+            .drop("record_time"))
     imgs = (_occurrence(_rows(seq, "images"), "rsnr", "dsnr")
             .select(*KEYS, "occ", "rsnr", "dsnr", "image_type", "payload", "acode", "wcode",
                     "arc")

@@ -20,7 +20,10 @@ included, end in the state that applying the changes in version order gives.
 ``pipeline.spark.typed`` (the Spark test checks the tables against them). The model's state
 holds every ISN the file has seen, deleted ones included:
 
-* ``upsert``   (I/U/R with an after image): the after image, verified.
+* ``upsert``   (I/U/R with an after image): the after image, verified. An initial-state R
+  record's version starts with the time it was read (``change_time``), not its
+  pseudo-transaction's commit stamp, so it never overwrites a live change committed after the
+  read.
 * ``delete``   (D, or an initial-state R record with response 113: the ISN no longer exists,
   e.g. asked for after a resend but deleted since): ``deleted=True``. With
   ``deletes="mark"`` the row stays in the current table; with ``"remove"`` it is a
@@ -61,6 +64,21 @@ VERSION_COLUMNS = ("commit_time", "epoch", "tsnr", "rsnr")
 #: The version plus the columns that break ties between copies of one change.
 ORDER_COLUMNS = (*VERSION_COLUMNS, "destination", "verified")
 _EPOCH = datetime.min
+
+
+def change_time(record_type: str, record_time: datetime | None,
+                commit_time: datetime | None) -> datetime | None:
+    """The time a record's change is versioned by (the ``commit_time`` of its rows).
+
+    A live change happened when its transaction committed (URBTTTIM). An initial-state
+    record (type R) was read at URBRTIME, while its pseudo-transaction's URBTTTIM is stamped
+    after the last read of the chunk (seed 000: reads at .384870, .385851, .385855, URBTTTIM
+    .385856): a live commit between a record's read and that stamp is newer than what was
+    read, so the read time orders the R record against live changes.
+    """
+    if record_type == "R" and record_time is not None:
+        return record_time
+    return commit_time
 
 
 def version_of(row: Row) -> Version:

@@ -16,6 +16,7 @@ from pipeline.spark.state_stage import OUTPUT_DDL, to_output
 from pipeline.spark.tables import ensure_tables, table_path
 from pipeline.spark.typed import write_typed_tables
 from pipeline.typed import action_of, apply_batch, apply_history_batch, tombstones, visible
+from pipeline.typed.versioning import change_time
 
 T0 = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 APP = "typed-test"
@@ -43,8 +44,10 @@ class Batch:
         self.changes: list[dict] = []  # what the reference models see
 
     def tx(self, tsnr: int, sec: float, records: list[tuple], *, origin: str = "live",
-           epoch: int = 1, destination: str = "OUT1") -> Batch:
-        """records: (isn, type, before (color, code) | None, after | None | b'raw')."""
+           epoch: int = 1, destination: str = "OUT1", read: dict[int, float] | None = None
+           ) -> Batch:
+        """records: (isn, type, before (color, code) | None, after | None | b'raw');
+        ``read``: ISN -> second an initial-state record was read at (URBRTIME)."""
         names = {"subscription": "COLOR", "destination": destination, "epoch": epoch,
                  "tsnr": tsnr}
         commit = T0 + timedelta(seconds=sec)
@@ -52,8 +55,9 @@ class Batch:
             records), "commit_time": commit, "origin": origin, "initial_state": tsnr == 0,
             "landed_at": T0})
         for rsnr, (isn, typ, before, after) in enumerate(records, start=1):
+            record_time = (T0 + timedelta(seconds=read[isn])) if read and isn in read else None
             self.tables["records"].append({**names, "rsnr": rsnr, "fnr": 4, "isn": isn,
-                                           "type": typ})
+                                           "type": typ, "record_time": record_time})
             images = [(t, v) for t, v in (("B", before), ("A", after)) if v is not None]
             for dsnr, (t, v) in enumerate(images, start=1):
                 payload = v if isinstance(v, bytes) else encode_payload(
@@ -64,7 +68,8 @@ class Batch:
             action = action_of(typ, isinstance(after, tuple))
             own = after if action == "upsert" else before  # a row shows its change's own image
             self.changes.append({
-                "isn": isn, "action": action, "commit_time": commit.replace(tzinfo=None),
+                "isn": isn, "action": action,
+                "commit_time": change_time(typ, record_time, commit).replace(tzinfo=None),
                 "epoch": epoch, "tsnr": tsnr, "rsnr": rsnr, "destination": destination,
                 "color": own[0] if own else None, "code": Decimal(own[1]) if own else None})
         return self
@@ -109,6 +114,9 @@ def _batches(settings: Settings) -> list[Batch]:
              .tx(0, 25, [(1, "R", None, ("INIT1", 0)), (2, "R", None, ("INIT2", 22))],
                  origin="initial_state")
              .tx(0, 26, [(4, "R", None, ("INIT4", -4))], origin="initial_state")
+             # ISN 7 read at 24 s by a chunk stamped 25 s: the live update at 24.5 s is newer
+             .tx(9, 24.5, [(7, "U", ("OLD7", 0), ("LIVE7", 7))])
+             .tx(0, 25, [(7, "R", None, ("INIT7", -7))], origin="initial_state", read={7: 24})
              # an after image that does not match the layout
              .tx(6, 31, [(5, "I", None, b"\x00" * 5)]))
     second = (Batch(settings)
@@ -155,6 +163,7 @@ def test_current_state_rules(spark, landed) -> None:
     current = landed[3][1]["current"]
     assert current[1][:4] == ("BLACK", Decimal(-111), False, True)  # newest of two in a batch
     assert current[2][:4] == ("INIT2", Decimal(22), False, True)    # initial state > older live
+    assert current[7][:4] == ("LIVE7", Decimal(7), False, True)     # live after the R's read
     assert 3 not in current and 6 not in current                   # deletes remove
     assert current[4][:4] == ("INIT4", Decimal(-4), False, False)   # resend: unverified
     assert current[5][:4] == (None, None, False, False)             # bad image: unverified
@@ -196,7 +205,7 @@ def test_bad_image_is_quarantined_and_initial_state_rows_keep_their_isn(spark, l
     assert "layout COLOR/10006/4" in q[0].reason
     changes = spark.read.format("delta").load(table_path(settings, "changes_color_4"))
     init = {(r.isn, r.color) for r in changes.where("tsnr = 0").collect()}
-    assert init == {(1, "INIT1"), (2, "INIT2"), (4, "INIT4")}
+    assert init == {(1, "INIT1"), (2, "INIT2"), (4, "INIT4"), (7, "INIT7")}
 
 
 def test_a_crash_between_the_merges_is_repaired_by_the_replay(

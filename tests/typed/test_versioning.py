@@ -190,3 +190,17 @@ def test_initial_state_racing_live_updates() -> None:
     b = apply_batch(apply_batch({}, initial, VALUES, "remove"), live, VALUES, "remove")
     assert a == b
     assert a[1]["color"] == "LIVE" and a[2]["color"] == "INIT2"
+
+
+def test_an_initial_state_record_is_as_new_as_its_read() -> None:
+    """URBRTIME for R records (their pseudo-transaction is stamped after the chunk's last
+    read), URBTTTIM for every live change, and for an R record without a read time."""
+    from datetime import datetime
+
+    from pipeline.typed.versioning import change_time
+
+    read, commit = datetime(2004, 6, 9, 15, 22, 52, 384870), datetime(2004, 6, 9, 15, 22, 53)
+    assert change_time("R", read, commit) == read
+    assert change_time("R", None, commit) == commit
+    for live in ("I", "U", "D"):
+        assert change_time(live, read, commit) == commit
