@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from pipeline.reassembly.config import MAX_INST_DESTINATIONS
+
 if TYPE_CHECKING:
     from pipeline.payload import RecordLayout
 
@@ -181,6 +183,14 @@ class Subscription(_Model):
         if value is not None and not _DNAM.match(value):
             raise ValueError("must be a 1-8 character initial-state definition name (URBIINAM)")
         return value
+
+    @model_validator(mode="after")
+    def _inst_tokens(self) -> Subscription:
+        # The job's INST tokens name the asking destination in one character (reassembly
+        # config.InitialStateTarget.token_for).
+        if self.initial_state and len(self.destinations) > MAX_INST_DESTINATIONS:
+            raise ValueError(f"with initial_state, at most {MAX_INST_DESTINATIONS} destinations")
+        return self
 
 
 class Gaps(_Model):

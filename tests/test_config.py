@@ -33,6 +33,8 @@ def _write(tmp_path: Path, text: str) -> Path:
     ("stream:\n  lake: x\n", "stream.lake", "Extra inputs"),
     ("replicator:\n  request_token: MUCHTOOLONG\n", "replicator.request_token", "1-8"),
     ("kafka:\n  security_protocol: SASL_SSL\n", "kafka", "sasl_mechanism"),
+    ("subscriptions:\n  - name: C\n    initial_state: IC\n    destinations: ["
+     + ", ".join(f"D{i}" for i in range(36)) + "]\n", "subscriptions.0", "at most 35"),
 ])
 def test_invalid_conf_is_one_line_naming_key(tmp_path: Path, text: str, key: str,
                                              problem: str) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 
 LANDING_POLICIES = ("immediate", "hold")
@@ -25,9 +25,38 @@ class InitialStateTarget:
     name: str
     dbid: int
     files: tuple[int, ...]
+    destinations: tuple[str, ...] = ()  # the subscription's, in conf order
 
     def covers(self, dbid: int, fnr: int) -> bool:
         return dbid == self.dbid and fnr in self.files
+
+    def token_for(self, destination: str, request_token: str) -> str:
+        """The token of the job's INST requests from ``destination``'s key.
+
+        An INST reply names the definition, database, file and token, but neither subscription
+        nor destination, and INST/ERRO goes to the reply destination only: the token must say
+        which (destination, subscription) asked. It is the job's token (first 7 characters)
+        and the destination's place in the subscription's list (1 … 9, A … Z), so a request
+        sent by hand with the plain token never settles one of the job's.
+        """
+        place = self.destinations.index(destination) + 1 if destination in self.destinations \
+            else 0
+        return f"{request_token[:7]}{_PLACES[place]}"
+
+
+_PLACES = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+MAX_INST_DESTINATIONS = len(_PLACES) - 1
+
+
+def inst_reply_routes(targets: Iterable[InitialStateTarget], request_token: str
+                      ) -> dict[tuple[str, str], tuple[str, str]]:
+    """(definition name, token) of the job's INST requests → the (destination, subscription)
+    key that sends them, for routing the replies (a definition named by two subscriptions
+    is left out: its replies cannot be told apart)."""
+    targets = list(targets)
+    names = [t.name for t in targets]
+    return {(t.name, t.token_for(d, request_token)): (d, t.subscription)
+            for t in targets if names.count(t.name) == 1 for d in t.destinations}
 
 
 @dataclass(frozen=True, slots=True)

@@ -128,18 +128,19 @@ def request(inst: InstState, target: InitialStateTarget, fnr: int, isns: Iterabl
             ) -> list[InitialStateRequested | InitialStateChanged]:
     """INST requests for the ISNs of one file: sorted, split at ``max_isns_per_request``."""
     ordered, cap = sorted(set(isns)), config.max_isns_per_request
+    token = target.token_for(where.destination, config.request_token)
     events: list[InitialStateRequested | InitialStateChanged] = []
     for start in range(0, len(ordered), cap):
         chunk = tuple(ordered[start:start + cap])
         request_id = f"job:{inst.next_seq}"
         inst.next_seq += 1
         events += _track(inst, InstTrack(
-            request_id, target.name, target.dbid, fnr, config.request_token, len(chunk),
+            request_id, target.name, target.dbid, fnr, token, len(chunk),
             where.now_ms, "sent", where.now_ms + config.initial_state_timeout_ms), where)
         events.append(InitialStateRequested(
             subscription=where.subscription, destination=where.destination, epoch=where.epoch,
             request_id=request_id, name=target.name, dbid=target.dbid, fnr=fnr, isns=chunk,
-            tsnrs=tuple(sorted(set(tsnrs))), token=config.request_token,
+            tsnrs=tuple(sorted(set(tsnrs))), token=token,
             reply_destination=config.reply_destination, at_ms=where.now_ms))
     return events
 

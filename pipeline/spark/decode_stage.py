@@ -97,8 +97,10 @@ class RecordDecoder:
     def __init__(self, destinations: Mapping[str, str], default_destination: str,
                  codepage: str, home_destinations: Mapping[str, str] | None = None,
                  initial_states: Mapping[str, str] | None = None,
-                 lanes: Mapping[Key, int] | None = None) -> None:
+                 lanes: Mapping[Key, int] | None = None,
+                 inst_routes: Mapping[tuple[str, str], Key] | None = None) -> None:
         self._destinations = dict(destinations)
+        self._inst_routes = dict(inst_routes or {})  # (definition, token) -> the asking key
         self._lanes = dict(lanes or {})
         self._home = dict(home_destinations or {})
         self._initial_states = dict(initial_states or {})  # URBSINAM -> subscription
@@ -174,6 +176,10 @@ class RecordDecoder:
         fields = el.fields
         snam = fields.get("urbssnam") or ""
         if not snam and fields.get("urbsrt") == "INST":
+            asked = self._inst_routes.get((fields.get("urbsinam") or "",
+                                           fields.get("urbsrtok") or ""))
+            if asked is not None:  # one of the job's requests: the key that sent it
+                return asked
             snam = self._initial_states.get(fields.get("urbsinam") or "", "")
         return (fields.get("urbsdnam") or self._home.get(snam) or destination, snam)
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from pipeline.config import Settings
 from pipeline.reassembly import ReassemblyConfig
-from pipeline.reassembly.config import InitialStateTarget
+from pipeline.reassembly.config import InitialStateTarget, inst_reply_routes
 from pipeline.spark.datafiles import data_files
 from pipeline.spark.decode_stage import Key, RecordDecoder, arrow_decoder, spark_ddl
 from pipeline.spark.lanes import checkpoint_lanes
@@ -38,7 +38,8 @@ def reassembly_config(settings: Settings) -> ReassemblyConfig:
         verdict_wait_ms=g.verdict_wait_ms, clock_skew_ms=g.clock_skew_ms,
         reply_destination=settings.replicator.reply_destination,
         request_token=settings.replicator.request_token,
-        initial_states=tuple(InitialStateTarget(s.name, s.initial_state, s.dbid, tuple(s.files))
+        initial_states=tuple(InitialStateTarget(s.name, s.initial_state, s.dbid, tuple(s.files),
+                                                tuple(s.destinations))
                              for s in settings.subscriptions if s.initial_state),
         max_isns_per_request=settings.stream.initial_state.max_isns_per_request,
         initial_state_timeout_ms=settings.stream.initial_state.reply_timeout_ms)
@@ -58,8 +59,10 @@ def record_decoder(settings: Settings, lanes: Mapping[Key, int] | None = None
     homes = {s.name: s.destinations[0] for s in settings.subscriptions
              if len(s.destinations) == 1}
     default = settings.topics.pattern_destination or next(iter(destinations.values()))
+    config = reassembly_config(settings)
     return RecordDecoder(destinations, default, settings.replicator.codepage, homes,
-                         initial_state_routes(settings), lanes)
+                         initial_state_routes(settings), lanes,
+                         inst_reply_routes(config.initial_states, config.request_token))
 
 
 def kafka_source(spark: SparkSession, settings: Settings) -> DataFrame:

@@ -29,7 +29,7 @@ from .layouts import _STRIP, ELEMENT_TABLES
 ROUTING_FIELDS: Mapping[str, frozenset[str]] = MappingProxyType({
     "URBT": frozenset({"urbtsnam"}), "URBC": frozenset({"urbcsnam"}),
     "URBE": frozenset({"urbesnam"}),
-    "URBS": frozenset({"urbsrt", "urbsinam", "urbssnam", "urbsdnam"}),
+    "URBS": frozenset({"urbsrt", "urbsrtok", "urbsinam", "urbssnam", "urbsdnam"}),
 })
 _SPECS: Mapping[str, tuple[tuple[str, int, int], ...]] = MappingProxyType({
     eye: tuple((name, off, length) for off, name, _typ, length in ELEMENT_TABLES[eye]

@@ -35,6 +35,7 @@ import pandas as pd
 import pyarrow as pa
 
 from pipeline.reassembly import Event, KeyState, ReassemblyConfig, events_to_rows, step
+from pipeline.reassembly.config import inst_reply_routes
 from pipeline.reassembly.rows import ElementRow
 from pipeline.reassembly.tables import TABLES, ms_to_datetime
 from pipeline.sim import Delivery, Replicator, SimConfig
@@ -66,13 +67,17 @@ def partition_of(key: bytes, partitions: int) -> int:
 
 
 def decoder_for(config: SimConfig, codepage: str = CODEPAGE,
-                initial_state_routes: Mapping[str, str] | None = None) -> RecordDecoder:
+                initial_state_routes: Mapping[str, str] | None = None,
+                reassembly: ReassemblyConfig | None = None) -> RecordDecoder:
     """The decoder the job builds from conf (pipeline/spark/query.py:record_decoder);
-    ``initial_state_routes``: initial-state name -> subscription (conf ``initial_state``)."""
+    ``initial_state_routes``: initial-state name -> subscription (conf ``initial_state``);
+    ``reassembly``: routes the replies to the job's own INST requests to the asking key."""
     destinations = {d.topic: d.name for d in config.destinations}
     homes = {s.name: s.destinations[0] for s in config.subscriptions if len(s.destinations) == 1}
+    inst = (inst_reply_routes(reassembly.initial_states, reassembly.request_token)
+            if reassembly is not None else None)
     return RecordDecoder(destinations, config.destinations[0].name, codepage, homes,
-                         initial_state_routes)
+                         initial_state_routes, inst_routes=inst)
 
 
 @dataclass(frozen=True)
@@ -228,7 +233,8 @@ class Harness:
                  initial_state_routes: Mapping[str, str] | None = None) -> None:
         self.replicator = replicator
         self.config = config or default_reassembly()
-        self.decoder = decoder_for(replicator.config, initial_state_routes=initial_state_routes)
+        self.decoder = decoder_for(replicator.config, initial_state_routes=initial_state_routes,
+                                   reassembly=self.config)
         self.kafka = KafkaLog(partitions)
         self.shuffle_seed, self.frame_rows = shuffle_seed, frame_rows
         self.interval_ms, self.now_ms = interval_ms, start_ms

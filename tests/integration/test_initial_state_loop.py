@@ -25,7 +25,7 @@ from pipeline.urb import decode_message
 from tests.integration.harness import REQUEST_TOKEN, Harness, default_reassembly
 from tests.integration.scenarios import sim_config, simulate
 
-TARGET = InitialStateTarget("COLOR", "ICOLOR", 10006, (4,))
+TARGET = InitialStateTarget("COLOR", "ICOLOR", 10006, (4,), ("OUT1",))
 ROUTES = {"ICOLOR": "COLOR"}
 NO_DELETES = {"insert": 0.3, "update": 0.7, "delete": 0.0, "min_records": 1, "max_records": 6}
 
@@ -96,7 +96,7 @@ def test_lost_transactions_converge_to_the_database_through_tran_and_inst(
     for raw in (q for q in h.requests_sent if decode_message(q).elements[0].urbirt == "INST"):
         urbi = decode_message(raw).elements[0]
         assert (urbi.urbiinam, urbi.urbidbid, urbi.urbifnr, urbi.urbirtok) == (
-            "ICOLOR", 10006, 4, REQUEST_TOKEN)
+            "ICOLOR", 10006, 4, TARGET.token_for("OUT1", REQUEST_TOKEN))
         assert set(urbi.isns) <= unverified
     initial = [r for r in h.tables["transactions"] if r["origin"] == "initial_state"]
     assert initial and all(r["tsnr"] == 0 and r["initial_state"] for r in initial)
@@ -179,3 +179,48 @@ def test_with_deletes_the_current_state_still_equals_the_database() -> None:
         isn: db[isn] for isn in model if isn in db}
     assert set(model) <= set(db)
     assert all(row["verified"] for row in model.values())
+
+
+# ------------------------------------------------------------ a subscription, two destinations
+EMPL = InitialStateTarget("EMPLOYEE", "IEMPL", 10006, (9,), ("OUT1", "OUT2"))
+
+
+def run_two_destinations(files: list[int], seed: int = 4) -> Harness:
+    """EMPLOYEE goes to OUT1 and OUT2: transactions lost on both, each key asks for its own
+    resends' ISNs. INST replies name no subscription or destination, and INST/ERRO goes to the
+    reply destination only: the token must lead each reply to the key that asked."""
+    config = sim_config("ebcdic", subscriptions=("EMPLOYEE",), mix=NO_DELETES, initial_states=[
+        {"name": "IEMPL", "dbid": 10006, "files": files, "selection": "isnlist"}])
+    rep, out, _ = simulate(config, 60, seed=seed,
+                           faults=FaultPlan(counts={"drop_transaction": 4}))
+    h = Harness(rep, config=default_reassembly(initial_states=(EMPL,)),
+                initial_state_routes={"IEMPL": "EMPLOYEE"})
+    h.feed(out)
+    h.run([5, 5, 5])
+    return h
+
+
+def test_two_destinations_each_key_gets_its_own_replies() -> None:
+    h = run_two_destinations(files=[9])
+    requests = inst_requests(h)
+    askers = {q.destination for q in requests}
+    assert askers == {"OUT1", "OUT2"}, "the seed must lose transactions on both destinations"
+    assert {q.destination: q.token for q in requests} == {
+        "OUT1": f"{REQUEST_TOKEN}1", "OUT2": f"{REQUEST_TOKEN}2"}
+    kinds = alert_kinds(h)
+    assert kinds["initial_state_completed"] == len(requests)
+    assert kinds["initial_state_failed"] == kinds["initial_state_overdue"] == 0
+    listed = current_requests(h.tables["requests"], h.tables["alerts"])
+    assert sorted((r.destination, r.request_id, r.state) for r in listed) == sorted(
+        (q.destination, q.request_id, "completed") for q in requests), "no external tracks"
+
+
+def test_two_destinations_an_erro_reaches_the_key_that_asked() -> None:
+    h = run_two_destinations(files=[2])  # the definition does not cover file 9: INST/ERRO
+    requests = inst_requests(h)
+    assert {q.destination for q in requests} == {"OUT1", "OUT2"}
+    failed = [a for a in h.tables["alerts"] if a["kind"] == "initial_state_failed"]
+    assert sorted((a["destination"], a["details"]["request_id"]) for a in failed) == sorted(
+        (q.destination, q.request_id) for q in requests)
+    assert all(a["severity"] == "critical" for a in failed)
+    assert alert_kinds(h)["initial_state_overdue"] == 0

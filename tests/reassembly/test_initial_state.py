@@ -17,6 +17,7 @@ from pipeline.reassembly.initial_state import MAX_TRACKED
 from pipeline.reassembly.state import KeyState
 from pipeline.reassembly.tables import events_to_rows
 from tests.reassembly.builders import (
+    DEST,
     Elem,
     Feed,
     Harness,
@@ -26,7 +27,8 @@ from tests.reassembly.builders import (
     txn,
 )
 
-TARGET = InitialStateTarget("COLOR", "ICOLOR", 10006, (4,))
+TARGET = InitialStateTarget("COLOR", "ICOLOR", 10006, (4,), (DEST,))
+JOB_TOKEN = "URBPIPE1"  # the job's token and the asking destination's place (token_for)
 CFG = ReassemblyConfig(retry_initial_ms=1_000, max_retries=2, request_token="URBPIPE",
                        reply_destination="REPLY", initial_states=(TARGET,),
                        initial_state_timeout_ms=60_000)
@@ -54,7 +56,7 @@ def typed(spec_elems: list[Elem], types: dict[int, str] | None = None,
     return out
 
 
-def inst_reply(st_: str, at: int, rsp: int = 0, subc: int = 0, token: str = "URBPIPE",
+def inst_reply(st_: str, at: int, rsp: int = 0, subc: int = 0, token: str = JOB_TOKEN,
                name: str = "ICOLOR", fnr: int = 4) -> Elem:
     """An INST/INIT|CMPL|ERRO status; ``at`` makes its URBSTIME (copies share it)."""
     return Elem("URBS", {
@@ -75,7 +77,7 @@ def test_a_landed_resend_requests_exactly_its_updated_isns_once_per_file() -> No
     [req] = h.of(InitialStateRequested, events)
     assert (req.name, req.dbid, req.fnr, req.isns, req.tsnrs) == (
         "ICOLOR", 10006, 4, (101, 102), (3, 4))
-    assert (req.request_id, req.token, req.reply_destination) == ("job:1", "URBPIPE", "REPLY")
+    assert (req.request_id, req.token, req.reply_destination) == ("job:1", JOB_TOKEN, "REPLY")
     rows = events_to_rows(events, h.now)
     [row] = rows["requests"]
     assert row["kind"] == "INST" and row["isns"] == [101, 102] and row["tsnr"] is None

@@ -54,7 +54,8 @@ def test_short_elements_have_only_the_fields_that_fit(ebcdic: bool) -> None:
     raw[start + 4:start + 8] = (64).to_bytes(4, order)
     raw[12:16] = len(raw).to_bytes(4, order)
     scanned = scan_message(bytes(raw))
-    assert scanned[0].fields == {"urbsrt": "TRAN", "urbsinam": "", "urbssnam": "COLOR"}
+    assert scanned[0].fields == {"urbsrt": "TRAN", "urbsrtok": "", "urbsinam": "",
+                                 "urbssnam": "COLOR"}
     assert_agrees(bytes(raw))
 
 
