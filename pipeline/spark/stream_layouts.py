@@ -8,9 +8,11 @@ GFFT sent). A version's layout is rebuilt from ``gfft_json`` with the conf's ``c
 
 ``pipeline.typed.layouts`` decides which version decodes an image and which columns the tables
 carry; here that meets Delta: new columns are added to the change, current and history tables
-(``ALTER TABLE … ADD COLUMNS``, compared with the schema first, so a replay adds nothing), and
-each version first seen in the batch is recorded in ``schema_events`` (st ``GFFT``, action
-``layout_version`` with the columns it added, or ``layout_refused`` with the reason).
+(``ALTER TABLE … ADD COLUMNS``) and columns a version reads wider are widened in place
+(``ALTER COLUMN … TYPE`` under ``delta.enableTypeWidening``, ``pipeline.typed.widening``),
+both compared with the schema first, so a replay changes nothing; each version first seen in
+the batch is recorded in ``schema_events`` (st ``GFFT``, action ``layout_version`` with the
+columns it added or widened, or ``layout_refused`` with the reason).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pipeline.payload import LayoutError, LayoutKey, RecordLayout, layout_from_g
 from pipeline.payload.gfft import gfft_view
 from pipeline.reassembly.tables import stck_to_datetime
 from pipeline.spark.sinks import table_frame
-from pipeline.spark.tables import add_missing_columns, table_path
+from pipeline.spark.tables import conform_columns, schema_types, table_path
 from pipeline.typed.decoding import VersionedSpec
 from pipeline.typed.layouts import (
     ColumnPlan,
@@ -35,9 +37,10 @@ from pipeline.typed.layouts import (
     plan_columns,
     version_label,
 )
+from pipeline.typed.widening import change_text, widen_steps
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 _COLUMNS = ("subscription", "dbid", "fnr", "gfid", "created_stck", "gfft_json", "received_at")
 #: Columns of the current table that are not layout values.
@@ -68,19 +71,41 @@ def read_versions(spark: SparkSession, settings: Settings, batch: DataFrame, bat
     files = gfft_files(settings)
     if not files:
         return {}
-    mine = F.lit(False)
-    for lay in files:
-        mine = mine | ((F.col("subscription") == lay.subscription)
-                       & (F.col("dbid") == lay.dbid) & (F.col("fnr") == lay.fnr))
-    fresh = table_frame(batch, "layouts", batch_id).where(mine).select(*_COLUMNS).collect()
+    fresh = table_frame(batch, "layouts", batch_id).where(file_filter(files)).select(
+        *_COLUMNS).collect()
     if not fresh and not files_present:
         return {}
-    stored = (spark.read.format("delta").load(table_path(settings, "layouts"))
-              .where(mine & (F.col("batch_id") < batch_id)).select(*_COLUMNS).collect())
+    stored = _stored(spark, settings, files, F.col("batch_id") < batch_id)
     # the batch's own rows come from the batch (the sink may or may not have landed them
     # yet); a key is new when no earlier batch landed it, which a replay computes alike
-    rows = [(r.asDict(), False) for r in stored] + [(r.asDict(), True) for r in fresh]
+    rows = [(r, False) for r in stored] + [(r.asDict(), True) for r in fresh]
     return {lay.table_suffix(): _file_versions(lay, rows) for lay in files}
+
+
+def stored_versions(spark: SparkSession, settings: Settings) -> dict[str, FileVersions]:
+    """Versions per table suffix from the ``layouts`` table alone (at start: no batch)."""
+    from pyspark.sql import functions as F
+
+    files = gfft_files(settings)
+    rows = [(r, False) for r in _stored(spark, settings, files, F.lit(True))] if files else []
+    return {lay.table_suffix(): _file_versions(lay, rows) for lay in files}
+
+
+def file_filter(layouts: list[Layout]) -> Column:
+    """Rows (with subscription, dbid, fnr) of the given layouts' files."""
+    from pyspark.sql import functions as F
+
+    cond = F.lit(False)
+    for lay in layouts:
+        cond = cond | ((F.col("subscription") == lay.subscription)
+                       & (F.col("dbid") == lay.dbid) & (F.col("fnr") == lay.fnr))
+    return cond
+
+
+def _stored(spark: SparkSession, settings: Settings, files: list[Layout],
+            where: Column) -> list[dict[str, Any]]:
+    return [r.asDict() for r in spark.read.format("delta").load(table_path(settings, "layouts"))
+            .where(file_filter(files) & where).select(*_COLUMNS).collect()]
 
 
 def _file_versions(lay: Layout, rows: list[tuple[dict[str, Any], bool]]) -> FileVersions:
@@ -107,26 +132,36 @@ def _file_versions(lay: Layout, rows: list[tuple[dict[str, Any], bool]]) -> File
 
 def value_columns(spark: SparkSession, path: str) -> dict[str, str]:
     """The layout value columns a current table has, with their types."""
-    schema = spark.read.format("delta").load(path).schema
-    return {f.name: f.dataType.simpleString() for f in schema.fields
-            if f.name not in _NOT_VALUES}
+    return {c: t for c, t in schema_types(spark, path).items() if c not in _NOT_VALUES}
 
 
 def prepare_file(spark: SparkSession, settings: Settings, lay: Layout, fv: FileVersions,
                  tables: list[str], form: dict[str, Any]) -> tuple[VersionedSpec,
                                                                    list[dict[str, Any]]]:
     """The file's decode spec, after adding the columns new versions bring to ``tables``
-    (change, current, history); and the ``schema_events`` rows of the batch's new versions."""
-    from pyspark.sql.types import StructType
-
+    (change, current, history) and widening the ones they read wider; and the
+    ``schema_events`` rows of the batch's new versions."""
     have = value_columns(spark, table_path(settings, tables[1]))
     plan = plan_columns(fv.layouts, have, TYPED_KEY_COLUMNS)
-    if plan.added:
-        schema = StructType.fromDDL(ColumnPlan(plan.added).ddl())
-        for table in tables:
-            add_missing_columns(spark, table_path(settings, table), schema)
+    conform_tables(spark, settings, tables, {c: plan.columns[c]
+                                             for c in (*plan.added, *plan.widened)})
     spec = VersionedSpec(fv.layouts, plan.columns, refused=plan.refused, **form)
     return spec, version_events(lay, fv, plan, tables[1])
+
+
+def conform_tables(spark: SparkSession, settings: Settings, tables: list[str],
+                   wanted: dict[str, str]) -> list[str]:
+    """``conform_columns`` on each of a file's value tables (change, current, history) with
+    the current table last: it is the one the plans compare with, so a crash between the
+    ALTERs leaves it behind and the next batch (or start) conforms every table again.
+    What changed, as ``table.column …`` strings."""
+    changed: list[str] = []
+    if not wanted:
+        return changed
+    for table in sorted(tables, key=lambda t: t.startswith("current_")):
+        plan = conform_columns(spark, table_path(settings, table), wanted)
+        changed += [f"{table}.{c}" for c in plan.describe()]
+    return changed
 
 
 def version_events(lay: Layout, fv: FileVersions, plan: ColumnPlan,
@@ -141,7 +176,10 @@ def version_events(lay: Layout, fv: FileVersions, plan: ColumnPlan,
             continue
         older = FileLayouts(fv.layouts.conf, fv.layouts.versions[:i])
         known = plan_columns(older, None).columns
-        added = [c for c in column_types(version) if c not in known]
+        types = column_types(version)
+        added = [c for c in types if c not in known]
+        brought = change_text(added, [f"{c} {known[c]} -> {t}" for c, t in types.items()
+                                      if c in known and widen_steps(known[c], t)])
         refused = plan.refused.get(key)
         rows.append({
             "event_id": f"GFFT|{lay.subscription}|{key.dbid}|{key.fnr}|{key.gfid}|"
@@ -152,10 +190,30 @@ def version_events(lay: Layout, fv: FileVersions, plan: ColumnPlan,
                                        "layout": version.to_dict()}, sort_keys=True),
             "action": "layout_refused" if refused else "layout_version",
             "target_table": current,
-            "result": refused or (f"columns added: {', '.join(added)}" if added
-                                  else "no new columns"),
+            "result": refused or brought or "no new columns",
             "reason": f"GFFT {version_label(key)}",
             "at": stck_to_datetime(key.created), "received_at": fv.received.get(key),
             "seq": len(rows),
         })
     return rows
+
+
+def current_layouts(spark: SparkSession, settings: Settings, batch: DataFrame | None = None,
+                    batch_id: int = 0) -> dict[str, tuple[RecordLayout | None, str]]:
+    """Per table suffix, the layout that decodes the file's next images and where it comes
+    from: the newest GFFT version its tables take (``gfft``; with the batch's own versions
+    when a ``batch`` is given, else the stored ones), else the format buffer (``conf``;
+    None without one)."""
+    versions = (read_versions(spark, settings, batch, batch_id, True) if batch is not None
+                else stored_versions(spark, settings))
+    out: dict[str, tuple[RecordLayout | None, str]] = {}
+    for lay in settings.layouts:
+        fv = versions.get(lay.table_suffix())
+        if fv is None or not fv.layouts.versions:
+            out[lay.table_suffix()] = (lay.conf_layout(), "conf")
+            continue
+        have = value_columns(spark, table_path(settings, f"current_{lay.table_suffix()}"))
+        newest = fv.layouts.newest(plan_columns(fv.layouts, have, TYPED_KEY_COLUMNS).refused)
+        out[lay.table_suffix()] = (newest, "conf" if newest is None or newest.key is None
+                                   else "gfft")
+    return out

@@ -20,6 +20,11 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
+    from pipeline.typed.widening import TablePlan
+
+#: Delta type widening (``ALTER COLUMN … TYPE`` to a wider type, ``pipeline.typed.widening``).
+TYPE_WIDENING = {"delta.enableTypeWidening": "true"}
+
 _NAMES = "subscription string, destination string, epoch int"
 
 SCHEMAS: dict[str, str] = {
@@ -169,3 +174,30 @@ def add_missing_columns(spark: SparkSession, path: str, schema: StructType) -> N
     if missing:
         cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
         spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({cols})")
+
+
+def schema_types(spark: SparkSession, path: str) -> dict[str, str]:
+    """Every column of a Delta table with its type as ``simpleString`` writes it."""
+    return {f.name: f.dataType.simpleString()
+            for f in spark.read.format("delta").load(path).schema.fields}
+
+
+def conform_columns(spark: SparkSession, path: str, wanted: dict[str, str]) -> TablePlan:
+    """Make a typed table take the ``wanted`` columns (column → type): add the missing ones,
+    widen in place the ones it holds narrower (``delta.enableTypeWidening`` is set on the
+    table the first time). Idempotent: compares with the schema first, so a replay or a
+    second start changes nothing. Columns it cannot take in place (``plan.conflicts``) are
+    left as they are: the caller decides (``pipeline.typed.widening.table_plan``)."""
+    from pipeline.typed.widening import alter_target, table_plan, widen_steps
+
+    plan = table_plan(schema_types(spark, path), wanted)
+    if plan.added:
+        cols = ", ".join(f"`{c}` {t}" for c, t in plan.added.items())
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({cols})")
+    if plan.widened:
+        set_properties(spark, path, TYPE_WIDENING)
+    for column, (old, new) in plan.widened.items():
+        for inner, typ in widen_steps(old, new) or []:
+            spark.sql(f"ALTER TABLE delta.`{path}` ALTER COLUMN {alter_target(column, inner)} "
+                      f"TYPE {typ}")
+    return plan

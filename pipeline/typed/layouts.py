@@ -15,22 +15,27 @@ the Spark stage and the tests share them:
   ones in the order conf, versions by creation time. A newer version's new fields add columns
   (additive schema evolution); an image decoded with an older version has null there.
 * **Type changes**: a column's type is the one the tables have (else the first layout that
-  names it). A version that gives an existing column another type, or names a reserved
-  column, is *refused*: its images are quarantined with the reason (the bytes stay, and
-  decoding them with another version would misread every field after the changed one), and
-  the conflict is recorded once in ``schema_events``. The tables are never altered in place.
+  names it). A version that reads a column wider, in a way Delta widens in place
+  (``pipeline.typed.widening``: P4 → P6 is decimal(7,0) → decimal(11,0), B2 → B4 int →
+  bigint), widens it (``widened``); one that reads it narrower decodes into the tables' type.
+  A version that gives an existing column a type neither fits (alpha ↔ numeric, a scale the
+  column cannot take …), or names a reserved column, is *refused*: its images are
+  quarantined with the reason (the bytes stay, and decoding them with another version would
+  misread every field after the changed one), and the conflict is recorded once in
+  ``schema_events``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pipeline.payload import Filler, RecordLayout, spark_ddl
 from pipeline.payload.layout import LayoutKey
 from pipeline.reassembly.tables import stck_to_datetime
+from pipeline.typed.widening import fits, normal_type, split_top, widen_steps
 
 TOD_UNIX_US = int((datetime(1970, 1, 1, tzinfo=UTC) - datetime(1900, 1, 1, tzinfo=UTC))
                   .total_seconds()) * 1_000_000
@@ -46,27 +51,10 @@ def column_types(layout: RecordLayout) -> dict[str, str]:
     """Column → Spark type (normalised like :func:`normal_type`) of a layout, in order."""
     ddl = spark_ddl(RecordLayout(tuple(i for i in layout.items if not isinstance(i, Filler))))
     out: dict[str, str] = {}
-    for part in _split_top(ddl):
+    for part in split_top(ddl):
         name, _, typ = part.strip().partition(" ")
         out[name.strip("`").replace("``", "`")] = normal_type(typ)
     return out
-
-
-def normal_type(spark_type: str) -> str:
-    """A Spark type string as ``simpleString`` writes it: no backticks, no spaces, lower case."""
-    return spark_type.replace("`", "").replace(" ", "").lower()
-
-
-def _split_top(ddl: str) -> list[str]:
-    """Split a DDL at the commas outside <> and ()."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(ddl):
-        depth += 1 if ch in "<(" else -1 if ch in ">)" else 0
-        if ch == "," and depth == 0:
-            parts.append(ddl[start:i])
-            start = i + 1
-    parts.append(ddl[start:])
-    return [p for p in parts if p.strip()]
 
 
 def version_label(key: LayoutKey | None) -> str:
@@ -99,6 +87,12 @@ class FileLayouts:
             return self.conf
         return self.versions[0] if self.versions else None
 
+    def newest(self, refused: Collection[LayoutKey] = ()) -> RecordLayout | None:
+        """The layout the file's next images are decoded with: the newest version the tables
+        take (not ``refused``), else the conf layout (None: no layout yet)."""
+        taken = [v for v in self.versions if v.key not in refused]
+        return taken[-1] if taken else self.conf
+
 
 @dataclass(frozen=True)
 class ColumnPlan:
@@ -106,10 +100,8 @@ class ColumnPlan:
 
     columns: dict[str, str]                      # column -> type, the tables' order
     added: dict[str, str] = field(default_factory=dict)  # new columns the tables lack
+    widened: dict[str, str] = field(default_factory=dict)  # column -> its new, wider type
     refused: dict[LayoutKey, str] = field(default_factory=dict)  # version -> reason
-
-    def ddl(self) -> str:
-        return ", ".join(f"`{c}` {t}" for c, t in self.columns.items())
 
 
 def plan_columns(layouts: FileLayouts, have: Mapping[str, str] | None,
@@ -118,6 +110,7 @@ def plan_columns(layouts: FileLayouts, have: Mapping[str, str] | None,
     do not exist yet), the conf layout and the versions in creation order."""
     columns = {c: normal_type(t) for c, t in (have or {}).items()}
     added: dict[str, str] = {}
+    widened: dict[str, str] = {}
     refused: dict[LayoutKey, str] = {}
     for lay in _in_order(layouts):
         types = column_types(lay)
@@ -127,9 +120,16 @@ def plan_columns(layouts: FileLayouts, have: Mapping[str, str] | None,
             continue
         for c, t in types.items():
             if c not in columns:
+                columns[c] = added[c] = t
+            elif widen_steps(columns[c], t):
                 columns[c] = t
-                added[c] = t
-    return ColumnPlan(columns, added if have is not None else {}, refused)
+                if c in added:
+                    added[c] = t
+                else:
+                    widened[c] = t
+    if have is None:
+        return ColumnPlan(columns, refused=refused)
+    return ColumnPlan(columns, added, widened, refused)
 
 
 def _in_order(layouts: FileLayouts) -> Sequence[RecordLayout]:
@@ -144,6 +144,7 @@ def _problem(lay: RecordLayout, types: Mapping[str, str], columns: Mapping[str, 
     for c, t in types.items():
         if c in reserved or not _IDENTIFIER.match(c):
             return f"column {c!r} is reserved or not a lower-case identifier (map it in columns)"
-        if c in columns and columns[c] != t:
-            return f"column {c} is {columns[c]} in the tables, {t} in this layout"
+        if c in columns and not fits(t, columns[c]):
+            return (f"column {c} is {columns[c]} in the tables, {t} in this layout (not a "
+                    "widening Delta does in place)")
     return None

@@ -22,7 +22,6 @@ Plain Python; ``pipeline.spark.lifecycle`` applies the actions with Delta.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -32,6 +31,7 @@ from typing import Any
 from pipeline.payload import layout_from_conf
 from pipeline.payload.layout import FieldSpec, RecordLayout
 from pipeline.payload.schema import spark_type
+from pipeline.typed.widening import widening
 from pipeline.urb.layouts import (
     DETAIL_BIG,
     DETAIL_LITTLE,
@@ -367,30 +367,6 @@ def _group_of(layout: RecordLayout, name: str) -> str | None:
         if any(m.name == name for m in getattr(item, "members", ())):
             return str(getattr(item, "column", ""))
     return None
-
-
-_DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)$")
-_INTEGERS = ("tinyint", "smallint", "int", "bigint")
-
-
-def widening(old: str, new: str) -> str:
-    """``same``, ``widen`` (Delta type widening can change the column in place) or
-    ``incompatible`` (the column cannot hold the new values: the layout must change)."""
-    old, new = old.replace(" ", ""), new.replace(" ", "")
-    if old == new:
-        return "same"
-    if old.startswith("array<") and new.startswith("array<"):
-        return "incompatible"  # element types of arrays are not widened in place
-    if old in _INTEGERS and new in _INTEGERS:
-        return "widen" if _INTEGERS.index(new) > _INTEGERS.index(old) else "incompatible"
-    a, b = _DECIMAL.match(old), _DECIMAL.match(new)
-    if old in _INTEGERS and b:
-        digits = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 20}[old]
-        return "widen" if int(b[1]) - int(b[2]) >= digits else "incompatible"
-    if a and b:
-        p1, s1, p2, s2 = int(a[1]), int(a[2]), int(b[1]), int(b[2])
-        return "widen" if s2 >= s1 and p2 - s2 >= p1 - s1 and p2 > p1 else "incompatible"
-    return "incompatible"
 
 
 # ------------------------------------------------------------------------- file status

@@ -218,15 +218,25 @@ def test_a_field_change_the_layout_already_covers_is_recorded_only() -> None:
 @pytest.mark.parametrize(("old", "new", "verdict"), [
     ("int", "bigint", "widen"), ("bigint", "int", "incompatible"),
     ("decimal(7,2)", "decimal(9,2)", "widen"), ("decimal(9,2)", "decimal(7,2)", "incompatible"),
-    ("decimal(9,2)", "decimal(9,3)", "incompatible"), ("int", "decimal(12,2)", "widen"),
-    ("int", "decimal(9,0)", "incompatible"), ("string", "decimal(9,0)", "incompatible"),
-    ("string", "string", "same"), ("array<int>", "array<bigint>", "incompatible")])
+    ("decimal(9,2)", "decimal(9,3)", "incompatible"), ("decimal(7,2)", "decimal(9,3)", "widen"),
+    ("decimal(9,2)", "decimal(10,4)", "incompatible"), ("int", "decimal(12,2)", "widen"),
+    ("int", "decimal(10,0)", "widen"), ("int", "decimal(9,0)", "incompatible"),
+    ("smallint", "decimal(6,0)", "incompatible"), ("bigint", "decimal(20,0)", "widen"),
+    ("bigint", "decimal(21,2)", "incompatible"), ("int", "double", "widen"),
+    ("bigint", "double", "incompatible"), ("decimal(7,2)", "double", "incompatible"),
+    ("string", "decimal(9,0)", "incompatible"), ("decimal(7,0)", "string", "incompatible"),
+    ("string", "string", "same"), ("array<int>", "array<bigint>", "widen"),
+    ("array<bigint>", "array<int>", "incompatible"), ("int", "array<int>", "incompatible"),
+    ("array<struct<x:int,y:decimal(7,2)>>", "array<struct<x:int,y:decimal(11,2)>>", "widen"),
+    ("array<struct<x:int>>", "array<struct<x:int,y:int>>", "incompatible"),
+    ("Decimal(7, 2)", "decimal(7,2)", "same")])
 def test_widening_verdicts(old, new, verdict) -> None:
+    """What delta-spark 4.4.0 does with ALTER COLUMN TYPE (pipeline/typed/widening.py)."""
     assert widening(old, new) == verdict
 
 
 TYPES = st.sampled_from(["int", "bigint", "string", "double", "decimal(5,0)", "decimal(9,2)",
-                         "decimal(13,2)", "decimal(20,0)"])
+                         "decimal(13,2)", "decimal(20,0)", "array<int>", "array<bigint>"])
 
 
 @given(TYPES, TYPES)
