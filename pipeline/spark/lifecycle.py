@@ -11,11 +11,16 @@ SAVS/SAVE, RESS/RESE, RPLS/RPLE, LOST, DEAC/REAC, REFR) into an action; here it 
   keeps every older change out of the current table: ``pipeline.spark.typed`` point 5); with
   ``history`` the intervals open at the cutoff, or open past it, end there
   (``pipeline.typed.history.truncate_history``).
-* add columns (add new fields, write FDT): layout columns the tables lack, via
-  ``ALTER TABLE … ADD COLUMNS`` (Delta schema evolution); the change table is append-only
-  history and is never truncated.
-* widen (changed field length/format): ``ALTER COLUMN … TYPE`` under Delta type widening when
-  the new type holds every old value; otherwise the file becomes stale (kind ``layout``).
+* add columns (add new fields, write FDT): the columns the file's layout reads and its tables
+  lack are added (``ALTER TABLE … ADD COLUMNS``) to the change, current and history tables.
+  A new field reaches the tables once a layout reads it: a conf format buffer that names it
+  (the job reconciles the tables at start: ``pipeline.spark.reconcile``) or a GFFT version.
+* widen (changed field length/format): checked against the layout that decodes the file's
+  next images (the newest GFFT version the tables take, else the format buffer). If it
+  already reads the new length/format, the tables take its type — widened in place with
+  Delta type widening (``ALTER COLUMN … TYPE``, ``pipeline.typed.widening``) when it is
+  wider — and the file stays active; if not, the file becomes stale (kind ``layout``) until a
+  layout that reads it arrives (restart with the changed format buffer, or a GFFT version).
 * drop, stale, clear, rename: the file's status in ``file_status`` and in the current table's
   properties (``urbpipe.file_status``, ``…_since``, ``…_reason``).
 * every event (and its result) is a row in ``schema_events``.
@@ -38,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Settings
 from pipeline.spark.tables import SCHEMAS, table_path
+from pipeline.typed.layouts import column_types
 from pipeline.typed.lifecycle import (
     LIFECYCLE_STATUSES,
     Action,
@@ -50,11 +56,12 @@ from pipeline.typed.lifecycle import (
     replay,
     targets,
     widen_decision,
-    widening,
 )
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from pipeline.payload import RecordLayout
 
 log = logging.getLogger("urbpipe.lifecycle")
 _TXN_APP = "spark.databricks.delta.write.txnAppId"
@@ -87,22 +94,22 @@ def apply_lifecycle(spark: SparkSession, batch: DataFrame, batch_id: int, settin
         from pipeline.spark.typed import ensure_typed_tables
 
         ensure_typed_tables(spark, settings)
-    applier = _Applier(spark, settings, app_id, batch_id)
-    previous = _previous_status(spark, settings, app_id, batch_id)
+    applier = _Applier(spark, settings, app_id, batch_id, batch)
+    previous = previous_status(spark, settings, (app_id,), batch_id)
     event_rows: list[dict[str, Any]] = []
     steps: list[tuple[LifecycleEvent, tuple[int, int], str | None]] = []
     for event in events:
         outcomes = [applier.apply(event, t) for t in targets(event, layouts)] or [
             Outcome(None, "recorded: no typed tables for this file")]
-        event_rows += [_event_row(event, o, len(event_rows) + i) for i, o in enumerate(outcomes)]
+        event_rows += [event_row(event, o, len(event_rows) + i) for i, o in enumerate(outcomes)]
         stale = next((o.stale for o in outcomes if o.stale), None)
         steps += [(event, key, stale) for key in files_of(event, layouts)]
     statuses = replay(previous, steps)
-    status_rows = [_status_row(s, e, app_id, i) for i, (s, (e, _, _)) in enumerate(
+    status_rows = [status_row(s, e, app_id, i) for i, (s, (e, _, _)) in enumerate(
         zip(statuses, steps, strict=True))]
     append_rows(spark, event_rows, "schema_events", settings, app_id, batch_id)
     append_rows(spark, status_rows, "file_status", settings, app_id, batch_id)
-    applier.label_tables(statuses, layouts)
+    label_tables(spark, settings, statuses, layouts)
     log.info("lifecycle batch %s: %s events, %s file transitions", batch_id, len(event_rows),
              len(status_rows))
     return {"schema_events": len(event_rows), "file_status": len(status_rows)}
@@ -132,14 +139,16 @@ def _big_endian(settings: Settings, row: Mapping[str, Any]) -> bool | None:
     return True if sub is not None and sub.ebcdic else None
 
 
-def _previous_status(spark: SparkSession, settings: Settings, app_id: str,
-                     batch_id: int) -> dict[tuple[int, int], FileStatus]:
-    """Each file's latest status, leaving out rows this very batch wrote before a crash."""
+def previous_status(spark: SparkSession, settings: Settings, run_ids: Sequence[str] = (),
+                    batch_id: int = 0) -> dict[tuple[int, int], FileStatus]:
+    """Each file's latest status, leaving out the rows the runs ``run_ids`` wrote in this very
+    batch or later (a replay after a crash recomputes them)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    frame = (spark.read.format("delta").load(table_path(settings, "file_status"))
-             .where(~((F.col("run_id") == app_id) & (F.col("batch_id") >= batch_id))))
+    frame = spark.read.format("delta").load(table_path(settings, "file_status"))
+    if run_ids:
+        frame = frame.where(~(F.col("run_id").isin(*run_ids) & (F.col("batch_id") >= batch_id)))
     latest = Window.partitionBy("dbid", "fnr").orderBy(F.col("version").desc())
     rows = (frame.withColumn("_n", F.row_number().over(latest)).where("_n = 1")
             .withColumn("since_us", F.unix_micros("since"))
@@ -158,22 +167,20 @@ def _utc(micros: int | None) -> datetime | None:
 class _Applier:
     """Applies one event to one target's tables; counts DML per table in the batch (txn ids)."""
 
-    def __init__(self, spark: SparkSession, settings: Settings, app_id: str,
-                 batch_id: int) -> None:
+    def __init__(self, spark: SparkSession, settings: Settings, app_id: str, batch_id: int,
+                 batch: DataFrame) -> None:
         self._spark = spark
         self._settings = settings
         self._app_id = app_id
         self._batch_id = batch_id
+        self._batch = batch
         self._deletes: dict[str, int] = {}
+        self._layouts: dict[str, tuple[RecordLayout | None, str]] | None = None
 
     def apply(self, event: LifecycleEvent, target: Target) -> Outcome:
         current = f"current_{target.suffix}"
         if event.action is Action.TRUNCATE:
             return Outcome(current, self._refresh(target, event.at))
-        if event.action in (Action.ADD_COLUMNS, Action.WIDEN) \
-                and not target.layout_conf.get("format_buffer"):
-            return Outcome(current, "recorded: the layout comes from the stream's GFFTs; the "
-                           "tables follow the next GFFT version")
         if event.action is Action.ADD_COLUMNS:
             return self._add_columns(target)
         if event.action is Action.WIDEN:
@@ -212,73 +219,69 @@ class _Applier:
             result = self._spark.sql(sql.format(table=f"delta.`{self._path(table)}`")).collect()
         return int(result[0][0]) if result and result[0][0] is not None else 0
 
+    def _layout(self, target: Target) -> tuple[RecordLayout | None, str]:
+        """The layout that decodes the target's next images and its source (conf/gfft); the
+        GFFT versions are read once per batch, with the batch's own."""
+        from pipeline.spark.stream_layouts import current_layouts
+
+        if self._layouts is None:
+            self._layouts = current_layouts(self._spark, self._settings, self._batch,
+                                            self._batch_id)
+        return self._layouts.get(target.suffix, (None, "conf"))
+
+    def _tables(self, target: Target) -> list[str]:
+        from pipeline.spark.typed import value_tables
+
+        lay = next(x for x in self._settings.layouts if x.table_suffix() == target.suffix)
+        return value_tables(lay)
+
     def _add_columns(self, target: Target) -> Outcome:
-        changed = reconcile_target(self._spark, self._settings, target)
+        from pipeline.spark.stream_layouts import conform_tables
+
         current = f"current_{target.suffix}"
+        layout, source = self._layout(target)
+        if layout is None:
+            return Outcome(current, "recorded: no layout for this file yet; the tables take "
+                           "the fields of its first GFFT version")
+        changed = conform_tables(self._spark, self._settings, self._tables(target),
+                                 column_types(layout))
         if changed:
             return Outcome(current, f"tables follow the layout: {'; '.join(changed)}")
-        return Outcome(current, "no layout field lacks a column: the added fields land once "
-                       "the layout names them")
+        how = ("add them to the format buffer and restart the job (the tables take them at "
+               "start)" if source == "conf" else
+               "the tables take them with the GFFT version that names them")
+        return Outcome(current, f"no field the layout reads lacks a column: {how}")
 
     def _widen(self, event: LifecycleEvent, target: Target) -> Outcome:
-        result, stale = widen_decision(event, target.layout_conf)
-        return Outcome(f"current_{target.suffix}", result, stale)
+        from pipeline.spark.stream_layouts import conform_tables, value_columns
 
-    def label_tables(self, statuses: Sequence[FileStatus], layouts: Sequence[Target]) -> None:
-        """The last status of each file, on its current tables' properties for analysts."""
-        last = {(s.dbid, s.fnr): s for s in statuses}
-        for t in layouts:
-            s = last.get((t.dbid, t.fnr))
-            if s is None:
-                continue
-            props = {"urbpipe.file_status": s.status, "urbpipe.file_status_reason": s.reason,
-                     "urbpipe.file_status_since": s.since.isoformat() if s.since else ""}
-            text = ", ".join(f"'{k}' = {_sql_string(v)}" for k, v in props.items())
-            self._spark.sql(f"ALTER TABLE delta.`{self._path(f'current_{t.suffix}')}` "
-                            f"SET TBLPROPERTIES ({text})")
+        current = f"current_{target.suffix}"
+        layout, source = self._layout(target)
+        have = value_columns(self._spark, self._path(current))
+        decision = widen_decision(event, layout, have, source=source)
+        if decision.widen:
+            conform_tables(self._spark, self._settings, self._tables(target),
+                           dict(decision.widen))
+        return Outcome(current, decision.result, decision.stale)
 
 
-# ------------------------------------------------------------------------- layout → tables
-def reconcile_target(spark: SparkSession, settings: Settings, target: Target) -> list[str]:
-    """Make a layout's typed tables able to take what the layout decodes: add its missing
-    columns (schema evolution) and widen columns it now decodes wider (Delta type widening).
-
-    Idempotent (compares with the tables' schemas first). Never narrows and never changes a
-    type Delta cannot widen in place: those appends keep failing loudly instead.
-    """
-    from pyspark.sql.types import StructType
-
-    from pipeline.payload import layout_from_conf, spark_ddl
-
-    wanted = StructType.fromDDL(spark_ddl(layout_from_conf(target.layout_conf)))
-    changed: list[str] = []
-    for table in (f"changes_{target.suffix}", f"current_{target.suffix}"):
-        path = table_path(settings, table)
-        have = {f.name: f.dataType.simpleString()
-                for f in spark.read.format("delta").load(path).schema.fields}
-        missing = [f for f in wanted.fields if f.name not in have]
-        if missing:
-            cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
-            spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({cols})")
-            changed += [f"{table}.{f.name} added" for f in missing]
-        for f in wanted.fields:
-            new = f.dataType.simpleString()
-            if f.name in have and widening(have[f.name], new) == "widen":
-                spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
-                          "('delta.enableTypeWidening' = 'true')")
-                spark.sql(f"ALTER TABLE delta.`{path}` ALTER COLUMN `{f.name}` TYPE {new}")
-                changed.append(f"{table}.{f.name} {have[f.name]} -> {new}")
-    return changed
-
-
-def reconcile_tables(spark: SparkSession, settings: Settings) -> list[str]:
-    """``reconcile_target`` for every configured layout (after a layout change in conf)."""
-    return [c for lay in settings.layouts if lay.format_buffer for c in reconcile_target(
-        spark, settings, Target(lay.subscription, lay.dbid, lay.fnr, lay.layout_conf()))]
+def label_tables(spark: SparkSession, settings: Settings, statuses: Sequence[FileStatus],
+                 layouts: Sequence[Target]) -> None:
+    """The last status of each file, on its current tables' properties for analysts."""
+    last = {(s.dbid, s.fnr): s for s in statuses}
+    for t in layouts:
+        s = last.get((t.dbid, t.fnr))
+        if s is None:
+            continue
+        props = {"urbpipe.file_status": s.status, "urbpipe.file_status_reason": s.reason,
+                 "urbpipe.file_status_since": s.since.isoformat() if s.since else ""}
+        text = ", ".join(f"'{k}' = {_sql_string(v)}" for k, v in props.items())
+        spark.sql(f"ALTER TABLE delta.`{table_path(settings, f'current_{t.suffix}')}` "
+                  f"SET TBLPROPERTIES ({text})")
 
 
 # ------------------------------------------------------------------------- rows and writes
-def _event_row(event: LifecycleEvent, outcome: Outcome, seq: int) -> dict[str, Any]:
+def event_row(event: LifecycleEvent, outcome: Outcome, seq: int) -> dict[str, Any]:
     return {
         "event_id": event.event_id, "subscription": event.subscription,
         "destination": event.destination, "st": event.st, "dbid": event.dbid,
@@ -290,7 +293,7 @@ def _event_row(event: LifecycleEvent, outcome: Outcome, seq: int) -> dict[str, A
     }
 
 
-def _status_row(s: FileStatus, event: LifecycleEvent, app_id: str, seq: int) -> dict[str, Any]:
+def status_row(s: FileStatus, event: LifecycleEvent, app_id: str, seq: int) -> dict[str, Any]:
     return {
         "dbid": s.dbid, "fnr": s.fnr, "status": str(s.status),
         "stale_kinds": ",".join(s.stale_kinds), "reason": s.reason, "since": s.since,
@@ -302,17 +305,20 @@ def _status_row(s: FileStatus, event: LifecycleEvent, app_id: str, seq: int) -> 
 
 
 def append_rows(spark: SparkSession, rows: list[dict[str, Any]], table: str,
-                settings: Settings, app_id: str, batch_id: int) -> None:
+                settings: Settings, app_id: str, batch_id: int | None, *,
+                txn_version: int | None = None) -> None:
     """Append rows to a raw table once per (``app_id``-``table``, batch): each writer of a
-    table in a batch needs its own ``app_id``, or Delta skips the second append."""
+    table in a batch needs its own ``app_id``, or Delta skips the second append. Outside a
+    batch (at start: ``batch_id`` None) ``txn_version`` numbers the writes of ``app_id``."""
     from pyspark.sql.types import StructType
 
     if not rows:
         return
     schema = StructType.fromDDL(f"{SCHEMAS[table]}, batch_id bigint")
     data = [tuple({**r, "batch_id": batch_id}[f.name] for f in schema.fields) for r in rows]
+    version = batch_id if txn_version is None else txn_version
     (spark.createDataFrame(data, schema).write.format("delta").mode("append")
-     .option("txnAppId", f"{app_id}-{table}").option("txnVersion", batch_id)
+     .option("txnAppId", f"{app_id}-{table}").option("txnVersion", version)
      .save(table_path(settings, table)))
 
 

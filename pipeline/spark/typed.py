@@ -46,6 +46,7 @@ from pipeline.config import Layout, Settings
 from pipeline.payload import spark_ddl
 from pipeline.spark.lifecycle import append_rows
 from pipeline.spark.sinks import _TS_FORMAT
+from pipeline.spark.stream_layouts import file_filter as _file_filter
 from pipeline.spark.stream_layouts import prepare_file, read_versions
 from pipeline.spark.tables import BLOB_COLUMN, SCHEMAS, json_schema, table_path
 from pipeline.typed.decoding import ERROR_COLUMN, DecodeSpec, VersionedSpec, decode_rows
@@ -140,6 +141,12 @@ def typed_tables(lay: Layout) -> list[tuple[str, str]]:
     return tables
 
 
+def value_tables(lay: Layout) -> list[str]:
+    """The tables with the layout's value columns: change, current, history (tombstones keep
+    versions only)."""
+    return [name for name, _ in typed_tables(lay) if not name.startswith("tombstones_")]
+
+
 def ensure_typed_tables(spark: SparkSession, settings: Settings) -> None:
     """Create each layout's tables (empty) once per process, so analysts can query early."""
     from delta.tables import DeltaTable
@@ -180,16 +187,6 @@ def _occurrence(frame: DataFrame, *extra: str) -> DataFrame:
 
     window = Window.partitionBy(*KEYS, *extra).orderBy("_seq")
     return frame.withColumn("occ", F.row_number().over(window)).drop("_seq")
-
-
-def _file_filter(layouts: list[Layout]) -> Column:
-    from pyspark.sql import functions as F
-
-    cond = F.lit(False)
-    for lay in layouts:
-        cond = cond | ((F.col("subscription") == lay.subscription)
-                       & (F.col("dbid") == lay.dbid) & (F.col("fnr") == lay.fnr))
-    return cond
 
 
 def joined_rows(batch: DataFrame, settings: Settings) -> tuple[DataFrame, DataFrame]:
@@ -507,8 +504,8 @@ def _specs(spark: SparkSession, settings: Settings, batch: DataFrame, batch_id: 
                                          VersionedSpec(FileLayouts(None), {},
                                                        **_form(settings, lay)))
             continue
-        tables = [name for name, _ in typed_tables(lay) if not name.startswith("tombstones_")]
-        spec, rows = prepare_file(spark, settings, lay, fv, tables, _form(settings, lay))
+        spec, rows = prepare_file(spark, settings, lay, fv, value_tables(lay),
+                                  _form(settings, lay))
         specs[lay.table_suffix()] = spec
         events += [{**r, "seq": len(events) + i} for i, r in enumerate(rows)]
     return specs, events

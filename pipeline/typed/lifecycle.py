@@ -12,8 +12,10 @@ DEAC when replication itself may have missed changes. This module replays them o
   implies (truncate, add columns, widen, mark dropped/stale, clear stale, rename, or recorded
   only) and its detail — or None for statuses that say nothing about a file (STRT, SUBS, C5DA …).
 * ``targets`` picks the configured layouts (typed tables) the event concerns.
-* ``widen_plan``/``widening`` decide whether a changed field length/format is a type change
-  Delta can apply in place (type widening) or needs a new layout.
+* ``widen_decision`` decides what a changed field length/format means for a layout's tables:
+  a widening Delta applies in place (``pipeline.typed.widening``) when the layout already
+  reads the field's new length/format, else the file is stale (kind ``layout``) until a
+  layout ``covers`` it (``pending_changes``: what AUTI said each field became).
 * ``transition`` is the per-file status machine (active / stale / dropped) the ``file_status``
   table records.
 
@@ -28,10 +30,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pipeline.payload import layout_from_conf
-from pipeline.payload.layout import FieldSpec, RecordLayout
-from pipeline.payload.schema import spark_type
-from pipeline.typed.widening import widening
+from pipeline.payload import LayoutError
+from pipeline.payload.layout import FieldSpec, GroupSpec, RecordLayout
+from pipeline.typed.layouts import column_types
+from pipeline.typed.widening import normal_type, widen_steps, widening
 from pipeline.urb.layouts import (
     DETAIL_BIG,
     DETAIL_LITTLE,
@@ -293,80 +295,161 @@ def files_of(event: LifecycleEvent, layouts: Sequence[Target]) -> list[tuple[int
 
 # ------------------------------------------------------------------------- widening
 @dataclass(frozen=True, slots=True)
+class FieldChange:
+    """What AUTI says a field became (change field length X'41': ``length``; change field
+    format X'5C': ``format``); None: not changed by it."""
+
+    name: str
+    length: int | None = None
+    format: str | None = None
+
+    def __str__(self) -> str:
+        return " ".join(str(x) for x in (self.name, self.length, self.format) if x)
+
+
+def field_change(detail: Mapping[str, Any]) -> FieldChange:
+    """The change an AUTI change field length/format detail (URBSU) reports."""
+    length = detail.get("newlength")
+    fmt = str(detail.get("newformat") or "").strip()
+    return FieldChange(str(detail.get("fieldname") or ""), int(length) if length else None,
+                       fmt or None)
+
+
+def pending_changes(changes: Iterable[tuple[Any, FieldChange]]) -> dict[str, FieldChange]:
+    """(time, change) → each field's state after all of them, in time order: the latest
+    length and the latest format AUTI reported (a length change keeps an earlier format)."""
+    out: dict[str, FieldChange] = {}
+    for _, change in sorted(changes, key=lambda c: (c[0] is not None, c[0] or 0)):
+        prev = out.get(change.name) or FieldChange(change.name)
+        out[change.name] = FieldChange(change.name, change.length or prev.length,
+                                       change.format or prev.format)
+    return out
+
+
+def _find(layout: RecordLayout, name: str) -> tuple[FieldSpec | None, GroupSpec | None]:
+    """The field ``name`` reads, and the PE group it is a member of (None at the top level)."""
+    for item in layout.items:
+        if isinstance(item, FieldSpec) and item.name == name:
+            return item, None
+        if isinstance(item, GroupSpec):
+            member = next((m for m in item.members if m.name == name), None)
+            if member is not None:
+                return member, item
+    return None, None
+
+
+def covers(layout: RecordLayout, change: FieldChange) -> bool:
+    """Whether ``layout`` reads the field as it now is: at least its new length, in its new
+    format. A field the layout does not read is covered (nothing of it is cut)."""
+    spec, _ = _find(layout, change.name)
+    return spec is None or ((change.length is None or change.length <= spec.length)
+                            and (change.format is None or change.format == spec.format))
+
+
+def uncovered(layout: RecordLayout, pending: Mapping[str, FieldChange]) -> list[FieldChange]:
+    return [c for _, c in sorted(pending.items()) if not covers(layout, c)]
+
+
+@dataclass(frozen=True, slots=True)
 class WidenPlan:
-    """The column a changed field maps to, and its type under the new length/format."""
+    """The column a changed field maps to: its type as the layout reads it now
+    (``old_type``), under the field's new length/format (``new_type``; None when that is not
+    valid for the field: ``problem``), and whether the layout already reads the change."""
 
     column: str
     old_type: str
-    new_type: str | None   # None: the new length/format is not valid for this field
+    new_type: str | None
     problem: str = ""
+    covered: bool = False
+    length: int = 0      # how the layout reads the field
+    format: str = ""
+    group: str = ""      # the PE group column the field is a member of
+
+    @property
+    def reads(self) -> str:
+        return f"{self.length} {self.format}"
 
 
-def widen_plan(event: LifecycleEvent, layout_conf: Mapping[str, Any]) -> WidenPlan | None:
+def widen_plan(event: LifecycleEvent, layout: RecordLayout) -> WidenPlan | None:
     """None when the changed field is not in the layout (nothing to do but record)."""
-    layout = layout_from_conf(layout_conf)
-    group = _group_of(layout, event.fieldname)
-    if group is not None:
-        return WidenPlan(group, "array<struct>", None,
-                         f"{event.fieldname} is a member of the PE group column {group}")
-    spec = _field(layout, event.fieldname)
+    change = field_change(event.detail)
+    spec, group = _find(layout, change.name)
     if spec is None:
         return None
-    old = spark_type(spec)
-    length = int(event.detail.get("newlength") or spec.length)
-    fmt = str(event.detail.get("newformat") or spec.format).strip() or spec.format
+    column = group.column if group is not None else spec.column
+    old = column_types(layout)[column]
+    common = {"covered": covers(layout, change), "length": spec.length, "format": spec.format,
+              "group": group.column if group is not None else ""}
+    fmt = change.format or spec.format
     try:
-        new = spark_type(replace(spec, length=length, format=fmt, scale=(
-            spec.scale if fmt in "PU" else 0)))
-    except ValueError as exc:  # LayoutError: e.g. a length the format cannot have
-        return WidenPlan(spec.column, old, None, str(exc))
-    if spec.repeated:
-        old, new = f"array<{old}>", f"array<{new}>"
-    return WidenPlan(spec.column, old, new)
+        wider = replace(spec, length=change.length or spec.length, format=fmt,
+                        scale=spec.scale if fmt in "PU" else 0)
+        new = column_types(_with_field(layout, spec, wider))[column]
+    except LayoutError as exc:  # e.g. a length the format cannot have
+        return WidenPlan(column, old, None, str(exc), **common)
+    return WidenPlan(column, old, new, **common)
 
 
-def widen_decision(event: LifecycleEvent, layout_conf: Mapping[str, Any],
-                   ) -> tuple[str, str | None]:
-    """(result, stale kind or None) of a changed field length/format for one layout.
-
-    The tables never change type on the event itself: the typed writer appends what the
-    configured layout decodes, and Delta refuses an append whose column is narrower than the
-    table's. A field that now holds more than the layout reads makes the file stale (values
-    may be cut or refused by the subscription's format buffer) until the layout is changed;
-    the tables then follow the layout (``pipeline.spark.lifecycle.reconcile_tables``).
-    """
-    plan = widen_plan(event, layout_conf)
-    if plan is None:
-        return f"recorded: field {event.fieldname!r} is not in the layout", None
-    if plan.new_type is None:
-        return f"not applied: {plan.problem}", "layout"
-    spec = _field(layout_from_conf(layout_conf), event.fieldname)
-    assert spec is not None  # widen_plan found it
-    new_length = int(event.detail.get("newlength") or spec.length)
-    new_format = str(event.detail.get("newformat") or spec.format).strip() or spec.format
-    if widening(plan.old_type, plan.new_type) == "same" and new_length <= spec.length \
-            and new_format == spec.format:
-        return f"no change: {plan.column} stays {plan.old_type}", None
-    verdict = widening(plan.old_type, plan.new_type)
-    then = {"widen": f"the tables widen {plan.column} to {plan.new_type} with it",
-            "same": f"{plan.column} stays {plan.old_type}",
-            "incompatible": f"{plan.column} {plan.old_type} cannot become {plan.new_type} in "
-                            "place: new tables are needed"}[verdict]
-    return (f"layout review: {event.fieldname} is now {new_length} {new_format}, the layout "
-            f"reads {spec.length} {spec.format}; change the format buffer and the layout "
-            f"({then})", "layout")
-
-
-def _field(layout: RecordLayout, name: str) -> FieldSpec | None:
-    return next((i for i in layout.items if isinstance(i, FieldSpec) and i.name == name), None)
-
-
-def _group_of(layout: RecordLayout, name: str) -> str | None:
-    """The column of the PE group ``name`` is a member of (a struct inside an array)."""
+def _with_field(layout: RecordLayout, old: FieldSpec, new: FieldSpec) -> RecordLayout:
+    items: list[Any] = []
     for item in layout.items:
-        if any(m.name == name for m in getattr(item, "members", ())):
-            return str(getattr(item, "column", ""))
-    return None
+        if isinstance(item, GroupSpec) and old in item.members:
+            item = replace(item, members=tuple(new if m is old else m for m in item.members))
+        items.append(new if item is old else item)
+    return RecordLayout(tuple(items), layout.key, layout.source)
+
+
+@dataclass(frozen=True, slots=True)
+class WidenDecision:
+    """What a changed field length/format does to one layout's tables: the ``result`` to
+    record, the stale kind it leaves (``layout``) and the columns to widen (column → type)."""
+
+    result: str
+    stale: str | None = None
+    widen: Mapping[str, str] = field(default_factory=dict)
+
+
+def widen_decision(event: LifecycleEvent, layout: RecordLayout | None,
+                   have: Mapping[str, str] | None = None, *, source: str = "conf",
+                   ) -> WidenDecision:
+    """A changed field length/format against the layout that decodes the file's new images
+    (conf format buffer, or the newest GFFT version: ``source`` ``gfft``) and the types the
+    tables ``have`` (value column → type; None: as the layout reads them).
+
+    * The layout already reads the field at its new length/format: the tables take the
+      layout's type, widened in place when it is wider than theirs; the file stays active.
+    * It does not: the file is stale (kind ``layout``: values may be cut or refused) until a
+      layout that reads it — the format buffer changed and the job restarted, or a newer
+      GFFT version — clears it (``pipeline.spark.reconcile``); the result says whether the
+      tables can then widen in place or the field needs a new column.
+    """
+    change = field_change(event.detail)
+    if layout is None:
+        return WidenDecision(f"recorded: no layout for this file yet ({change})")
+    plan = widen_plan(event, layout)
+    if plan is None:
+        return WidenDecision(f"recorded: field {change.name!r} is not in the layout")
+    table = normal_type((have or {}).get(plan.column) or plan.old_type)
+    what = (f"{change.name} (member of the PE group column {plan.group})" if plan.group
+            else change.name)
+    if plan.covered:
+        if widen_steps(table, plan.old_type):
+            return WidenDecision(f"widened {plan.column} {table} -> {plan.old_type}: the layout "
+                                 f"already reads {what} as {plan.reads}",
+                                 widen={plan.column: plan.old_type})
+        return WidenDecision(f"no change: the layout already reads {what} as {plan.reads} "
+                             f"({plan.column} stays {table})")
+    if plan.new_type is None:
+        return WidenDecision(f"not applied: {plan.problem}", "layout")
+    how = ("a GFFT version that reads it clears this" if source == "gfft" else
+           "change the format buffer and restart the job")
+    then = {"widen": f"the tables widen {plan.column} to {plan.new_type} with it",
+            "same": f"{plan.column} stays {table}",
+            "incompatible": f"{plan.column} {table} cannot become {plan.new_type} in place: "
+                            f"map {change.name} to a new column"}[widening(table, plan.new_type)]
+    now = f"{change.length or plan.length} {change.format or plan.format}"
+    return WidenDecision(f"layout review: {what} is now {now}, the layout reads {plan.reads}; "
+                         f"{how} ({then})", "layout")
 
 
 # ------------------------------------------------------------------------- file status
@@ -433,3 +516,16 @@ def replay(statuses: Mapping[tuple[int, int], FileStatus],
         current[key] = transition(prev, event, extra_stale=extra)
         out.append(current[key])
     return out
+
+
+def layout_covered(dbid: int, fnr: int, changes: Sequence[FieldChange], *, st: str,
+                   event_id: str, at: datetime | None, received_at: datetime | None = None,
+                   ) -> LifecycleEvent:
+    """The event that clears a file's ``layout`` stale kind: its layouts now read every field
+    AUTI changed (``st``: ``CONF`` at start, ``GFFT`` when a version arrives)."""
+    what = ", ".join(f"{c.name} as {' '.join(str(x) for x in (c.length, c.format) if x)}"
+                     for c in changes)
+    reason = (f"the layout now reads {what}" if changes
+              else "the layout reads every field change reported")
+    return LifecycleEvent(event_id, "", "", st, dbid, (fnr,), Action.CLEAR_STALE, reason, at,
+                          stale_kind="layout", received_at=received_at)

@@ -9,25 +9,32 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipeline.payload import layout_from_conf
 from pipeline.reassembly.events import StatusReceived
 from pipeline.reassembly.tables import events_to_rows
 from pipeline.typed.lifecycle import (
     LIFECYCLE_STATUSES,
     Action,
+    FieldChange,
     FileState,
     FileStatus,
     LifecycleEvent,
     Target,
+    covers,
     decode_urbsu,
     files_of,
     interpret,
+    layout_covered,
+    pending_changes,
     replay,
     targets,
     transition,
+    uncovered,
     widen_decision,
     widen_plan,
     widening,
 )
+from pipeline.typed.widening import widen_steps
 from pipeline.urb import datetime_to_stck, decode_message, encode_message, make_element
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -171,48 +178,119 @@ def test_targets_match_database_file_and_subscription() -> None:
 
 
 # ------------------------------------------------------------------ widening
+LAYOUT = layout_from_conf(EMPLOYEE)
+
+
 def test_widen_plan_for_packed_binary_and_alpha_fields() -> None:
     def plan(**detail: object):
         event = auti(0x41 if "newlength" in detail else 0x5C, **detail)
-        return widen_plan(event, EMPLOYEE)
+        return widen_plan(event, LAYOUT)
 
     salary = plan(fieldname="AS", newlength=7)
-    assert (salary.column, salary.old_type, salary.new_type) == (
-        "salary", "decimal(9,2)", "decimal(13,2)")
+    assert (salary.column, salary.old_type, salary.new_type, salary.covered) == (
+        "salary", "decimal(9,2)", "decimal(13,2)", False)
     assert widening(salary.old_type, salary.new_type) == "widen"
     bonus = plan(fieldname="AT", newlength=4)
     assert (bonus.old_type, bonus.new_type) == ("int", "bigint")
     name = plan(fieldname="AA", newlength=40)
     assert widening(name.old_type, name.new_type) == "same", "strings have no length"
     fmt = plan(fieldname="AA", newformat="P")
-    assert fmt.new_type is None or widening(fmt.old_type, fmt.new_type) == "incompatible"
+    assert fmt.new_type == "decimal(15,0)" and widening(fmt.old_type, fmt.new_type) == \
+        "incompatible"
     assert plan(fieldname="ZZ", newlength=9) is None, "a field outside the layout"
     bad = plan(fieldname="AH", newlength=20)
     assert bad.new_type is None and "length 20" in bad.problem, "P holds at most 15 bytes"
+    assert plan(fieldname="AS", newlength=4).covered, "shorter than the layout reads"
 
 
 def test_a_longer_field_makes_the_file_stale_until_the_layout_changes() -> None:
-    result, stale = widen_decision(auti(0x41, fieldname="AS", newlength=7), EMPLOYEE)
-    assert stale == "layout" and "AS is now 7 P, the layout reads 5 P" in result
-    assert "widen salary to decimal(13,2)" in result
-    result, stale = widen_decision(auti(0x41, fieldname="AA", newlength=40), EMPLOYEE)
-    assert stale == "layout", "alpha values longer than the layout's 8 bytes get cut"
-    result, stale = widen_decision(auti(0x5C, fieldname="AA", newformat="P"), EMPLOYEE)
-    assert stale == "layout" and "string cannot become decimal(15,0)" in result
+    decision = widen_decision(auti(0x41, fieldname="AS", newlength=7), LAYOUT)
+    assert decision.stale == "layout" and not decision.widen
+    assert "AS is now 7 P, the layout reads 5 P" in decision.result
+    assert "change the format buffer and restart the job" in decision.result
+    assert "the tables widen salary to decimal(13,2) with it" in decision.result
+    gfft = widen_decision(auti(0x41, fieldname="AS", newlength=7), LAYOUT, source="gfft")
+    assert "a GFFT version that reads it clears this" in gfft.result
+    decision = widen_decision(auti(0x41, fieldname="AA", newlength=40), LAYOUT)
+    assert decision.stale == "layout", "alpha values longer than the layout's 8 bytes get cut"
+    decision = widen_decision(auti(0x5C, fieldname="AA", newformat="P"), LAYOUT)
+    assert decision.stale == "layout"
+    assert "personnel_id string cannot become decimal(15,0) in place: map AA to a new column" \
+        in decision.result
+    decision = widen_decision(auti(0x41, fieldname="AH", newlength=20), LAYOUT)
+    assert decision.stale == "layout" and decision.result.startswith("not applied: AH: length")
 
 
-def test_a_pe_member_change_needs_a_layout_change() -> None:
+def test_a_change_the_layout_already_reads_widens_the_tables_and_keeps_the_file_active(
+        ) -> None:
+    """The format buffer was changed ahead of the utility (P5 → P7 read as 7 bytes), the
+    tables still hold the old type: they widen with the event, no stale kind."""
+    wider = layout_from_conf({**EMPLOYEE, "format_buffer": EMPLOYEE["format_buffer"].replace(
+        "AS,5,P,2", "AS,7,P,2")})
+    have = {"salary": "decimal(9,2)", "birth": "decimal(7,0)"}
+    decision = widen_decision(auti(0x41, fieldname="AS", newlength=7), wider, have)
+    assert (decision.stale, dict(decision.widen)) == (None, {"salary": "decimal(13,2)"})
+    assert decision.result == ("widened salary decimal(9,2) -> decimal(13,2): the layout "
+                               "already reads AS as 7 P")
+    done = widen_decision(auti(0x41, fieldname="AS", newlength=7), wider,
+                          {"salary": "decimal(13,2)"})
+    assert (done.stale, dict(done.widen)) == (None, {})
+    assert done.result == ("no change: the layout already reads AS as 7 P (salary stays "
+                           "decimal(13,2))")
+
+
+def test_a_pe_member_change_widens_the_group_column_in_place() -> None:
     conf = {"format_buffer": "AA,8,A,GA1-2.", "groups": {"GA": "AR,3,A,AS,4,P"}, "dbid": 1,
             "fnr": 2}
-    result, stale = widen_decision(auti(0x41, fieldname="AS", newlength=6), conf)
-    assert stale == "layout" and "member of the PE group column ga" in result
+    layout = layout_from_conf(conf)
+    decision = widen_decision(auti(0x41, fieldname="AS", newlength=6), layout)
+    assert decision.stale == "layout"
+    assert "AS (member of the PE group column ga) is now 6 P" in decision.result
+    assert "widen ga to array<struct<ar:string,as:decimal(11,0)>>" in decision.result
+    wider = layout_from_conf({**conf, "groups": {"GA": "AR,3,A,AS,6,P"}})
+    decision = widen_decision(auti(0x41, fieldname="AS", newlength=6), wider,
+                              {"ga": "array<struct<ar:string,as:decimal(7,0)>>"})
+    assert dict(decision.widen) == {"ga": "array<struct<ar:string,as:decimal(11,0)>>"}
+    assert widen_steps("array<struct<ar:string,as:decimal(7,0)>>",
+                       decision.widen["ga"]) == [(("element", "as"), "decimal(11,0)")]
 
 
 def test_a_field_change_the_layout_already_covers_is_recorded_only() -> None:
-    assert widen_decision(auti(0x41, fieldname="AA", newlength=6), EMPLOYEE) == (
-        "no change: personnel_id stays string", None)
-    result, stale = widen_decision(auti(0x41, fieldname="ZZ", newlength=6), EMPLOYEE)
-    assert stale is None and "not in the layout" in result
+    assert widen_decision(auti(0x41, fieldname="AA", newlength=6), LAYOUT).result == (
+        "no change: the layout already reads AA as 8 A (personnel_id stays string)")
+    decision = widen_decision(auti(0x41, fieldname="ZZ", newlength=6), LAYOUT)
+    assert decision.stale is None and "not in the layout" in decision.result
+    decision = widen_decision(auti(0x41, fieldname="AS", newlength=7), None)
+    assert decision.stale is None and decision.result.startswith("recorded: no layout")
+
+
+def test_pending_changes_fold_per_field_in_time_order() -> None:
+    changes = [(3, FieldChange("AS", None, "U")), (1, FieldChange("AS", 6)),
+               (2, FieldChange("AS", 7)), (1, FieldChange("AT", 4))]
+    pending = pending_changes(changes)
+    assert pending == {"AS": FieldChange("AS", 7, "U"), "AT": FieldChange("AT", 4)}
+    assert [str(c) for c in uncovered(LAYOUT, pending)] == ["AS 7 U", "AT 4"]
+    wider = layout_from_conf({**EMPLOYEE, "format_buffer": "AS,7,U,2,AT,4,B."})
+    assert uncovered(wider, pending) == []
+    assert covers(LAYOUT, FieldChange("ZZ", 99)), "a field the layout does not read"
+    assert not covers(LAYOUT, FieldChange("AS", None, "U")), "P read, now U"
+
+
+def test_the_layout_kind_clears_once_covered_and_keeps_other_kinds() -> None:
+    stale = replay({}, [(_event(Action.MARK_STALE, "lost"), (10006, 4), None),
+                        (_event(Action.WIDEN, minutes=1), (10006, 4), "layout")])[-1]
+    assert stale.stale_kinds == ("layout", "lost")
+    clear = layout_covered(10006, 4, [FieldChange("AS", 7)], st="CONF", event_id="x",
+                           at=T0 + timedelta(minutes=2))
+    assert (clear.action, clear.stale_kind, clear.files) == (Action.CLEAR_STALE, "layout", (4,))
+    assert clear.reason == "the layout now reads AS as 7"
+    after = transition(stale, clear)
+    assert (after.status, after.stale_kinds) == (FileState.STALE, ("lost",))
+    only = transition(transition(FileStatus(10006, 4), _event(Action.WIDEN), extra_stale="layout"),
+                      clear)
+    assert (only.status, only.stale_kinds, only.reason, only.version) == (
+        FileState.ACTIVE, (), "the layout now reads AS as 7", 2)
+    assert only.since == T0 + timedelta(minutes=2)
 
 
 @pytest.mark.parametrize(("old", "new", "verdict"), [
