@@ -7,8 +7,8 @@ Reads the replicator output topics named in the conf, reassembles transactions p
 (destination, subscription), requests prior transactions for gaps, and lands every table in
 Delta exactly once (see README.md). Runs until stopped (SIGTERM/SIGINT stop it cleanly at a
 batch boundary; a kill -9 is also safe: the next start resumes from the checkpoint).
-Exit codes: 0 stopped cleanly, 1 the query failed, 2 invalid configuration, 3 Kafka out of
-reach at start.
+Exit codes: 0 stopped cleanly, 1 the query failed, 2 invalid configuration (also a layout its
+typed tables cannot take, found at start), 3 Kafka out of reach at start.
 """
 
 from __future__ import annotations
@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_session(settings)
     try:
         query = start_stream(spark, settings, trigger_interval=args.trigger)
+    except ConfigError as exc:  # e.g. a layout its typed tables cannot take (reconcile.py)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except KafkaUnreachable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3

@@ -17,6 +17,7 @@ from pipeline.reassembly.config import InitialStateTarget, inst_reply_routes
 from pipeline.spark.datafiles import data_files
 from pipeline.spark.decode_stage import Key, RecordDecoder, arrow_decoder, spark_ddl
 from pipeline.spark.lanes import checkpoint_lanes
+from pipeline.spark.reconcile import reconcile_tables
 from pipeline.spark.sinks import BatchCallback, batch_writer
 from pipeline.spark.state_stage import OUTPUT_DDL, STATE_DDL, state_function
 from pipeline.spark.tables import ensure_tables
@@ -133,6 +134,7 @@ def start_stream(spark: SparkSession, settings: Settings, *,
     from pipeline.ops.metrics import attach_metrics, latency_breakdown_us
 
     ensure_tables(spark, settings)
+    reconcile_tables(spark, settings)  # typed tables follow the conf layouts (LayoutConflict)
     checkpoint = settings.location(settings.stream.checkpoint_dir)
     app_id = checkpoint_app_id(spark, checkpoint)
     lanes = checkpoint_lanes(spark, settings, checkpoint)

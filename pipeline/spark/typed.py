@@ -47,11 +47,12 @@ from pipeline.payload import spark_ddl
 from pipeline.spark.lifecycle import append_rows
 from pipeline.spark.sinks import _TS_FORMAT
 from pipeline.spark.stream_layouts import file_filter as _file_filter
-from pipeline.spark.stream_layouts import prepare_file, read_versions
+from pipeline.spark.stream_layouts import prepare_file, read_versions, value_columns
 from pipeline.spark.tables import BLOB_COLUMN, SCHEMAS, json_schema, table_path
 from pipeline.typed.decoding import ERROR_COLUMN, DecodeSpec, VersionedSpec, decode_rows
-from pipeline.typed.layouts import FileLayouts
+from pipeline.typed.layouts import FileLayouts, column_types
 from pipeline.typed.versioning import RSP_ISN_NOT_FOUND
+from pipeline.typed.widening import widen_steps
 
 if TYPE_CHECKING:
     from delta.tables import DeltaMergeBuilder
@@ -467,7 +468,13 @@ def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, set
         newest = {(r["subscription"], r["dbid"], r["fnr"]): r["newest_us"] for r in (
             recs.groupBy("subscription", "dbid", "fnr")
             .agg(F.max(F.unix_micros("commit_time")).alias("newest_us")).collect())}
-        specs, events = _specs(spark, settings, batch, batch_id, bool(newest))
+        present = {f"{sub.lower()}_{fnr}" for sub, _, fnr in newest}
+        specs, events, fresh = _specs(spark, settings, batch, batch_id, present)
+        if fresh:  # new GFFT versions may read what AUTI said a field became
+            from pipeline.spark.reconcile import versions_arrived
+
+            events += versions_arrived(spark, settings, specs, fresh, app_id, batch_id,
+                                       len(events))
         cutoffs = file_cutoffs(spark, settings) if newest else {}
         for lay in settings.layouts:
             key = (lay.subscription, lay.dbid, lay.fnr)
@@ -489,26 +496,48 @@ def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, set
 
 
 def _specs(spark: SparkSession, settings: Settings, batch: DataFrame, batch_id: int,
-           files_present: bool) -> tuple[dict[str, DecodeSpec | VersionedSpec],
-                                         list[dict[str, Any]]]:
+           present: set[str]) -> tuple[dict[str, DecodeSpec | VersionedSpec],
+                                       list[dict[str, Any]], dict[tuple[int, int], Any]]:
     """Each file's decode spec (by table suffix): its GFFT versions with the conf as fallback
-    (``pipeline.spark.stream_layouts``), or the conf layout alone; and the ``schema_events``
-    rows of the GFFT versions first seen in this batch."""
-    versions = read_versions(spark, settings, batch, batch_id, files_present)
+    (``pipeline.spark.stream_layouts``), or the conf layout alone; the ``schema_events``
+    rows of the GFFT versions first seen in this batch; and the files those versions are of,
+    with the newest one's creation time. ``present``: the suffixes of the files the batch has
+    records of."""
+    versions = read_versions(spark, settings, batch, batch_id, bool(present))
     specs: dict[str, DecodeSpec | VersionedSpec] = {}
     events: list[dict[str, Any]] = []
+    fresh: dict[tuple[int, int], Any] = {}
     for lay in settings.layouts:
-        fv = versions.get(lay.table_suffix())
+        suffix = lay.table_suffix()
+        fv = versions.get(suffix)
         if fv is None or (not fv.layouts.versions and lay.format_buffer):
-            specs[lay.table_suffix()] = (decode_spec(settings, lay) if lay.format_buffer else
-                                         VersionedSpec(FileLayouts(None), {},
-                                                       **_form(settings, lay)))
+            specs[suffix] = (_conf_spec(spark, settings, lay, suffix in present)
+                             if lay.format_buffer else
+                             VersionedSpec(FileLayouts(None), {}, **_form(settings, lay)))
             continue
         spec, rows = prepare_file(spark, settings, lay, fv, value_tables(lay),
                                   _form(settings, lay))
-        specs[lay.table_suffix()] = spec
+        specs[suffix] = spec
         events += [{**r, "seq": len(events) + i} for i, r in enumerate(rows)]
-    return specs, events
+        for at in (r["at"] for r in rows if r["at"] is not None):
+            fresh[(lay.dbid, lay.fnr)] = max(at, fresh.get((lay.dbid, lay.fnr), at))
+    return specs, events, fresh
+
+
+def _conf_spec(spark: SparkSession, settings: Settings, lay: Layout,
+               present: bool) -> DecodeSpec | VersionedSpec:
+    """The format buffer's spec. Tables that hold a column wider than the buffer reads it
+    (the buffer was narrowed after a widening) get the images decoded into their own type:
+    Delta refuses an append narrower than the table (``pipeline.typed.widening``)."""
+    spec = decode_spec(settings, lay)
+    if not present:
+        return spec
+    types = column_types(spec.layout)
+    have = value_columns(spark, table_path(settings, current_table(lay)))
+    wider = {c: have[c] for c, t in types.items() if c in have and widen_steps(t, have[c])}
+    if not wider:
+        return spec
+    return VersionedSpec(FileLayouts(spec.layout), {**types, **wider}, **_form(settings, lay))
 
 
 def _write_file(spark: SparkSession, lay: Layout, settings: Settings,

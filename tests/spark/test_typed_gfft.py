@@ -167,3 +167,70 @@ def test_replayed_batch_writes_nothing_twice(spark, landed) -> None:
                                                                    "history_color_4"))
     assert history == [(1, "PINK", True), (1, "RED", False), (2, "BLUE", False),
                        (2, "LATE", True), (3, None, True), (4, "GOLD", True)]
+
+
+# ------------------------------------------------------------------ a version widens a column
+V4 = parse_format_buffer("AA,8,A,AB,6,P,2.", COLUMNS)  # amount P4 → P6: decimal(11,2)
+
+
+@pytest.fixture(scope="module")
+def widened(spark, test_settings: Settings, tmp_path_factory: pytest.TempPathFactory):
+    """V1, then AUTI says AB grew to 6 bytes (stale: V1 reads 4), then V4 reads 6 bytes: the
+    tables widen in place, nothing is quarantined, the file is active again; replayed."""
+    from pipeline.spark.lifecycle import apply_lifecycle
+    from pipeline.urb import make_element
+    from tests.e2e.test_lifecycle import _status
+
+    settings = _settings(test_settings, tmp_path_factory.mktemp("gfft-widen") / "lake")
+    ensure_tables(spark, settings)
+    t1, t2 = T0, T0 + timedelta(hours=2)
+    auti = Batch()
+    auti.tables["status_events"] = [_status("AUTI", 3600, detail=make_element(
+        "URBSU", urbsutyp=0x41, fieldname="AB", newlength=6))]
+    wide = (Batch().gfft(V4, t2, "GFB4")
+            .tx(3, t2 + timedelta(seconds=1), 2, V4,
+                {"color": "WIDE", "amount": Decimal("123456789.12")})
+            # late, committed under V1: decoded with V1 into the widened column
+            .tx(4, t1 + timedelta(minutes=30), 3, V1, {"color": "OLD", "amount": Decimal(3)}))
+    _land(spark, settings, Batch().gfft(V1, t1, "GFB1").tx(
+        1, t1 + timedelta(seconds=1), 1, V1, {"color": "RED", "amount": Decimal("1.50")}), 0)
+    _land(spark, settings, auti, 1)
+    apply_lifecycle(spark, auti.frame(spark), 1, settings, APP)
+    stale = sorted(_read(spark, settings, "file_status"), key=lambda r: r.version)
+    counts = _land(spark, settings, wide, 2)
+    replay = write_typed_tables(spark, wide.frame(spark), 2, settings, APP)
+    return settings, stale, counts, replay
+
+
+def test_a_wider_version_is_accepted_and_widens_the_tables(spark, widened) -> None:
+    settings, _, counts, replay = widened
+    for table in ("changes_color_4", "current_color_4", "history_color_4"):
+        schema = {f.name: f.dataType.simpleString() for f in spark.read.format("delta").load(
+            table_path(settings, table)).schema.fields}
+        assert (schema["color"], schema["amount"]) == ("string", "decimal(11,2)"), table
+    assert counts["quarantine_changes_color_4"] == 0 == replay["quarantine_changes_color_4"]
+    assert [r for r in _read(spark, settings, "quarantine") if r.source == "payload"] == []
+    current = {r.isn: (r.color, r.amount) for r in _read(spark, settings, "current_color_4")}
+    assert current == {1: ("RED", Decimal("1.50")), 2: ("WIDE", Decimal("123456789.12")),
+                       3: ("OLD", Decimal(3))}
+    assert len(_read(spark, settings, "changes_color_4")) == 3, "the replay wrote nothing"
+
+
+def test_the_version_that_reads_the_changed_field_clears_the_layout_kind(spark,
+                                                                         widened) -> None:
+    settings, stale, _, _ = widened
+    assert [(s.st, s.status, s.stale_kinds) for s in stale] == [("AUTI", "stale", "layout")]
+    status = sorted(_read(spark, settings, "file_status"), key=lambda r: r.version)
+    assert [(s.version, s.st, s.action, s.status, s.reason, s.batch_id) for s in status] == [
+        (1, "AUTI", "widen", "stale", "the layout no longer matches the file", 1),
+        (2, "GFFT", "clear_stale", "active", "the layout now reads AB as 6", 2)]
+    assert status[1].since == (T0 + timedelta(hours=2)).replace(tzinfo=None)
+    events = sorted((r.batch_id, r.st, r.action, r.result) for r in _read(
+        spark, settings, "schema_events"))
+    assert events == [
+        (0, "GFFT", "layout_version", "columns added: color, amount"),
+        (1, "AUTI", "widen", "layout review: AB is now 6 P, the layout reads 4 P; a GFFT "
+         "version that reads it clears this (the tables widen amount to decimal(11,2) with "
+         "it)"),
+        (2, "GFFT", "clear_stale", "the layout now reads AB as 6"),
+        (2, "GFFT", "layout_version", "widened: amount decimal(7,2) -> decimal(11,2)")]
