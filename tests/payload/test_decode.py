@@ -193,6 +193,80 @@ def test_mu_and_pe() -> None:
     }
 
 
+MU_PE = parse_format_buffer(
+    "AA,2,A,ABC,1,B,AB1-N,3,A,AC1-2,2,P,GAC,1,B,GA1-N",
+    groups={"GA": "AR,3,A,AS,3,P,2,AT,2,B,AU,2,U"},
+)
+
+
+def _mu_pe_images() -> list[tuple[dict, bytes]]:
+    """An MU field with its count, a fixed MU and a PE group with its count, written out by
+    hand (not by the encoder) in both forms. Counts are one binary byte (``ABC,1,B``: the
+    same in both byte orders); PE occurrences come occurrence by occurrence (AR1,AS1,AT1,AU1,
+    AR2,…)."""
+    ebcdic = (
+        "e740"  # AA 'X' + blank, cp037
+        "02"  # ABC: AB has 2 occurrences
+        "d9c5c4"  # AB(1) 'RED'
+        "c2d340"  # AB(2) 'BL' + blank
+        "005c"  # AC(1) packed +5: digits 005, sign C
+        "007d"  # AC(2) packed -7: digits 007, sign D
+        "02"  # GAC: GA has 2 occurrences
+        "c5e4d9"  # GA(1).AR 'EUR'
+        "01250c"  # GA(1).AS packed 12.50 (digits 01250, scale 2), sign C
+        "0102"  # GA(1).AT binary 258, high-order byte first
+        "f0d3"  # GA(1).AU zoned -3: F0, then zone D (negative) digit 3
+        "e4e2c4"  # GA(2).AR 'USD'
+        "00100d"  # GA(2).AS packed -1.00, sign D
+        "0001"  # GA(2).AT binary 1
+        "f1f2"  # GA(2).AU zoned +12: zone F on the last byte
+    )
+    ascii_ = (
+        "5820"  # AA 'X' + blank, Latin-1
+        "02"  # ABC
+        "524544"  # AB(1) 'RED'
+        "424c20"  # AB(2) 'BL' + blank
+        "005c"  # AC(1) +5: packed bytes do not depend on the form
+        "007d"  # AC(2) -7
+        "02"  # GAC
+        "455552"  # GA(1).AR 'EUR'
+        "01250c"  # GA(1).AS 12.50
+        "0201"  # GA(1).AT 258, low-order byte first (ARC 9)
+        "3073"  # GA(1).AU zoned -3: '0', then zone 7 (negative) digit 3
+        "555344"  # GA(2).AR 'USD'
+        "00100d"  # GA(2).AS -1.00
+        "0100"  # GA(2).AT 1, low-order byte first
+        "3132"  # GA(2).AU zoned +12: '1' '2', zone 3 on the last byte
+    )
+    return [(EBCDIC, bytes.fromhex(ebcdic)), (ASCII, bytes.fromhex(ascii_))]
+
+
+MU_PE_EXPECTED = {
+    "aa": "X",
+    "ab_count": 2,
+    "ab": ["RED", "BL"],
+    "ac": [Decimal(5), Decimal(-7)],
+    "ga_count": 2,
+    "ga": [
+        {"ar": "EUR", "as": Decimal("12.50"), "at": 258, "au": Decimal(-3)},
+        {"ar": "USD", "as": Decimal("-1.00"), "at": 1, "au": Decimal(12)},
+    ],
+}
+
+
+@pytest.mark.parametrize(("form", "image"), _mu_pe_images(), ids=["ebcdic", "ascii"])
+def test_mu_and_pe_from_known_bytes(form: dict, image: bytes) -> None:
+    decoded = decode_payload(image, MU_PE, **form)
+    assert decoded == MU_PE_EXPECTED
+    assert [type(v) for v in decoded["ga"][0].values()] == [str, Decimal, int, Decimal]
+    # the counts size the lists: counts 1, AB(2) and GA(2) left out, the image ends earlier
+    # (bytes: AA 0-1, ABC 2, AB 3-8, AC 9-12, GAC 13, GA(1) 14-23, GA(2) 24-33)
+    shorter = image[:2] + b"\x01" + image[3:6] + image[9:13] + b"\x01" + image[14:24]
+    assert decode_payload(shorter, MU_PE, **form) == {
+        **MU_PE_EXPECTED, "ab_count": 1, "ab": ["RED"], "ga_count": 1,
+        "ga": MU_PE_EXPECTED["ga"][:1]}
+
+
 def test_empty_values_kept_or_null() -> None:
     image = encode_payload({}, LAYOUT)
     kept = decode_payload(image, LAYOUT)
