@@ -7,9 +7,11 @@ Runs inside foreachBatch after the raw tables are committed, from the same persi
    in a batch; the n-th tsnr-0 transaction of a key is matched with the n-th occurrence of each
    rsnr/dsnr, in the order the state function emitted them (``_seq``: the batch is persisted,
    so ``monotonically_increasing_id`` numbers its rows the same way on every read).
-2. Images of each configured file are decoded by ``pipeline.typed.decode_rows`` (mapInPandas,
-   one PayloadDecoder per form per partition). Good rows append to the change table; images
-   that do not match the layout append to ``quarantine`` (source ``payload``).
+2. The after and before images (A, B) of each configured file are decoded by
+   ``pipeline.typed.decode_rows`` (mapInPandas, one PayloadDecoder per form per partition);
+   K images (the key before the image, not the record) stay in the raw ``images`` table.
+   Good rows append to the change table; images that do not match the layout append to
+   ``quarantine`` (source ``payload``).
 3. The file's records become changes (action + the values of their own image), reduced to one
    per ISN (the newest, see ``pipeline.typed.versioning``) and MERGEd into the current table
    under a version guard. With ``deletes: remove`` a delete leaves a tombstone (its version) in
@@ -49,7 +51,13 @@ from pipeline.spark.sinks import _TS_FORMAT
 from pipeline.spark.stream_layouts import file_filter as _file_filter
 from pipeline.spark.stream_layouts import prepare_file, read_versions, value_columns
 from pipeline.spark.tables import BLOB_COLUMN, SCHEMAS, json_schema, table_path
-from pipeline.typed.decoding import ERROR_COLUMN, DecodeSpec, VersionedSpec, decode_rows
+from pipeline.typed.decoding import (
+    ERROR_COLUMN,
+    TYPED_IMAGE_TYPES,
+    DecodeSpec,
+    VersionedSpec,
+    decode_rows,
+)
 from pipeline.typed.layouts import FileLayouts, column_types
 from pipeline.typed.versioning import RSP_ISN_NOT_FOUND
 from pipeline.typed.widening import widen_steps
@@ -191,7 +199,11 @@ def _occurrence(frame: DataFrame, *extra: str) -> DataFrame:
 
 
 def joined_rows(batch: DataFrame, settings: Settings) -> tuple[DataFrame, DataFrame]:
-    """(records, images) of the configured files, each with its transaction's columns."""
+    """(records, images) of the configured files, each with its transaction's columns.
+
+    Images: the after and before images only (``TYPED_IMAGE_TYPES``); K images (the key
+    before the image) are not records and stay in the raw ``images`` table.
+    """
     from pyspark.sql import functions as F
 
     seq = batch.withColumn("_seq", F.monotonically_increasing_id())
@@ -210,6 +222,7 @@ def joined_rows(batch: DataFrame, settings: Settings) -> tuple[DataFrame, DataFr
     imgs = (_occurrence(_rows(seq, "images"), "rsnr", "dsnr")
             .select(*KEYS, "occ", "rsnr", "dsnr", "image_type", "payload", "acode", "wcode",
                     "arc")
+            .where(F.col("image_type").isin(*TYPED_IMAGE_TYPES))
             .join(recs, [*KEYS, "occ", "rsnr"]))
     return recs, imgs
 

@@ -28,6 +28,11 @@ from pipeline.payload import (
 from pipeline.typed.layouts import FileLayouts
 
 ERROR_COLUMN = "_error"
+#: URBDTYP of the images the typed tables decode: the after (A) and before (B) images hold the
+#: record. A K image holds the key before the image, not the record: it stays in the raw
+#: ``images`` table only (decoding it with the record layout would quarantine it, or land a
+#: garbage row in ``changes_``).
+TYPED_IMAGE_TYPES: tuple[str, ...] = ("A", "B")
 
 
 @dataclass(frozen=True)
