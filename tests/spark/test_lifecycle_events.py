@@ -16,7 +16,7 @@ from pipeline.spark.tables import ensure_tables, table_path
 from pipeline.spark.typed import write_typed_tables
 from pipeline.urb import make_element
 from tests.e2e.test_lifecycle import _status
-from tests.spark.test_typed_merge import T0, Batch, _settings
+from tests.spark.test_typed_merge import T0, Batch, _read, _settings
 from tests.typed.test_lifecycle import status_row
 
 APP = "lifecycle-events-test"
@@ -47,10 +47,6 @@ def _properties(spark, settings: Settings, table: str) -> dict[str, str]:
     path = table_path(settings, table)
     rows = spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()
     return {r.key: r.value for r in rows if r.key in PROPS}
-
-
-def _read(spark, settings: Settings, table: str) -> list:
-    return spark.read.format("delta").load(table_path(settings, table)).collect()
 
 
 @pytest.fixture(scope="module")
