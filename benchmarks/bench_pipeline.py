@@ -286,7 +286,9 @@ def run_phase(phase: str, conf: Path, expect: int, timeout_s: float) -> dict[str
             await_idle(query, timeout_s=120)  # caught up and idle: nothing left in flight
         batches.update(_progress_dicts(query))
     finally:
-        query.stop()
+        from pipeline.spark.drain import stop_between_batches
+
+        stop_between_batches(query)  # not mid-batch: no interrupted-thread trace in the log
     result: dict[str, Any] = {
         "phase": phase, "messages": expect, "wall_s": wall, "window_s": batch_window(batches),
         "batches": sum(1 for p in batches.values() if int(p.get("numInputRows", 0)) > 0),

@@ -213,7 +213,7 @@ def landed_summary(spark: Any, settings: Settings) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.spark.drain import await_idle
+    from pipeline.spark.drain import await_idle, stop_between_batches
     from pipeline.spark.query import start_stream
     from pipeline.spark.session import build_session
 
@@ -255,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if sim.poll() is None:
             stop_simulator(sim, sim_log)
-        query.stop()
+        stop_between_batches(query)  # not mid-batch: no interrupted-thread trace in the log
     landed = landed_summary(spark, settings)
     spark.stop()
     report(samples, sent, landed, run_dir)
