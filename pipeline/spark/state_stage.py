@@ -14,7 +14,7 @@ in the offset log, so a replayed batch sees the same value), never the wall cloc
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -76,6 +76,18 @@ def split_rows(pdf: pd.DataFrame, decoder: RecordDecoder
         elements.extend(rows)
         rejected.extend(_quarantine_row(rec, "decode_warning", WARNING_EYE, w)
                         for w in warnings)
+    return elements, rejected
+
+
+def split_frames(frames: Iterable[pd.DataFrame], decoder: RecordDecoder
+                 ) -> tuple[list[ElementRow], list[dict[str, Any]]]:
+    """``split_rows`` over every frame of one call (Spark hands a key's rows in frames)."""
+    elements: list[ElementRow] = []
+    rejected: list[dict[str, Any]] = []
+    for pdf in frames:
+        e, r = split_rows(pdf, decoder)
+        elements.extend(e)
+        rejected.extend(r)
     return elements, rejected
 
 
@@ -160,12 +172,7 @@ def state_function(config: ReassemblyConfig, decoder: RecordDecoder,
         pdfs = [] if state.hasTimedOut else list(frames)
         with gc_paused():  # pipeline/spark/gcpause.py: a batch's garbage has no cycles
             current = KeyState.from_bytes(state.get[0]) if state.exists else None
-            elements: list[ElementRow] = []
-            rejected: list[dict[str, Any]] = []
-            for pdf in pdfs:
-                e, r = split_rows(pdf, decoder)
-                elements.extend(e)
-                rejected.extend(r)
+            elements, rejected = split_frames(pdfs, decoder)
             result = step(current, elements, now_ms, config, (key[-2], key[-1]))
             if result.state is None:
                 state.remove()

@@ -56,7 +56,7 @@ from pipeline.reassembly.rows import ElementRow
 from pipeline.spark.datafiles import DataFiles
 from pipeline.spark.decode_stage import RecordDecoder
 from pipeline.spark.gcpause import gc_paused
-from pipeline.spark.state_stage import OUTPUT_DDL, batch_output, key_stats, split_rows
+from pipeline.spark.state_stage import OUTPUT_DDL, batch_output, key_stats, split_frames
 
 HEADER_DDL = "state binary"
 SPILLED_DDL = "epoch long, tsnr long, first_partition int, first_offset long"
@@ -97,12 +97,7 @@ class ReassemblyProcessor(StatefulProcessor):
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
         frames = list(rows)
         with gc_paused():  # pipeline/spark/gcpause.py: a batch's garbage has no cycles
-            elements: list[ElementRow] = []
-            rejected: list[dict[str, Any]] = []
-            for pdf in frames:
-                e, r = split_rows(pdf, self.decoder)
-                elements.extend(e)
-                rejected.extend(r)
+            elements, rejected = split_frames(frames, self.decoder)
             out = self._advance(key, elements, rejected, timerValues, frames)
         yield out
 

@@ -36,11 +36,10 @@ import pyarrow as pa
 
 from pipeline.reassembly import Event, KeyState, ReassemblyConfig, events_to_rows, step
 from pipeline.reassembly.config import inst_reply_routes
-from pipeline.reassembly.rows import ElementRow
 from pipeline.reassembly.tables import TABLES, ms_to_datetime
 from pipeline.sim import Delivery, Replicator, SimConfig
 from pipeline.spark.decode_stage import ARROW_SCHEMA, RecordDecoder
-from pipeline.spark.state_stage import split_rows
+from pipeline.spark.state_stage import split_frames
 from pipeline.urb import requests as urb_requests
 
 Key = tuple[str, str]
@@ -160,12 +159,7 @@ def call_key(blob: bytes | None, frames: Sequence[pd.DataFrame], now_ms: int,
              config: ReassemblyConfig, key: Key, decoder: RecordDecoder,
              ) -> tuple[bytes | None, int | None, Tables, list[Event]]:
     """One state-function call, as pipeline/spark/state_stage.py makes it."""
-    elements: list[ElementRow] = []
-    rejected: list[dict[str, Any]] = []
-    for pdf in frames:
-        e, r = split_rows(pdf, decoder)
-        elements.extend(e)
-        rejected.extend(r)
+    elements, rejected = split_frames(frames, decoder)
     current = KeyState.from_bytes(blob) if blob is not None else None
     result = step(current, elements, now_ms, config, key)
     tables = events_to_rows(result.events, now_ms)

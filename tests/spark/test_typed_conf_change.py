@@ -1,8 +1,9 @@
 """A field added to a conf format buffer after the typed tables exist (Spark + Delta, no Kafka).
 
 Images carrying a field the layout lacks are quarantined (source ``payload``); the operator adds
-the field to the format buffer, mapped to a new column, and restarts: the tables get the column
-at the first batch and the new images land. What was quarantined stays there (the current row
+the field to the format buffer, mapped to a new column, and restarts: the start's reconcile
+(``pipeline.spark.reconcile``, what ``start_stream`` runs) adds the column and the new images
+land. What was quarantined stays there (the current row
 of its ISN unverified): ``urbpipe quarantine replay`` does not re-land payload rows
 (conf/README.md, "layouts").
 """
@@ -15,6 +16,7 @@ import pytest
 
 from pipeline.config import Settings
 from pipeline.spark import typed
+from pipeline.spark.reconcile import reconcile_tables
 from pipeline.spark.tables import ensure_tables, table_path
 from pipeline.spark.typed import write_typed_tables
 from tests.spark.test_typed_types import Batch, _color
@@ -41,7 +43,8 @@ def test_a_field_added_to_the_format_buffer_becomes_a_column_at_restart(
     counts = write_typed_tables(spark, before.frame(spark), 0, settings, APP)
     assert counts["quarantine_changes_color_4"] == 1, "4 bytes after the last field"
 
-    monkeypatch.setattr(typed, "_created", set())  # a restart with the new conf
+    monkeypatch.setattr(typed, "_created", set())  # a restart with the new conf …
+    assert "changes_color_4.rank" in " ".join(reconcile_tables(spark, _with_rank(settings)))
     after = Batch().tx(3, 20, 4, [(3, "I", [("A", _color("GOLD", 3) + rank_7, EBCDIC)])])
     write_typed_tables(spark, after.frame(spark), 1, _with_rank(settings), APP)
 
