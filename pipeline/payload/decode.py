@@ -114,6 +114,17 @@ DECODERS: dict[str, Decoder] = {
 }
 
 
+def _value(raw: bytes, spec: FieldSpec, form: Form) -> object:
+    """One value's bytes decoded; a variable-length B value stays bytes, an empty variable
+    value (length prefix only) is the format's empty value."""
+    if spec.variable:
+        if spec.format == "B":
+            return bytes(raw)
+        if not raw:
+            return _decimal(False, "0", spec.scale) if spec.format in "PU" else ""
+    return DECODERS[spec.format](raw, spec, form)
+
+
 def is_empty(value: object) -> bool:
     """Adabas' empty value: blanks for A/W, zero for numbers, binary zeros for B strings."""
     if isinstance(value, bytes):
@@ -141,7 +152,7 @@ class PayloadDecoder:
             elif isinstance(item, GroupSpec):
                 out[item.column], offset = self._group(item, payload, offset, counts)
             elif item.repeated:
-                n = self._occurrences(item, counts, payload, offset, item.length)
+                n = self._occurrences(item, counts, payload, offset, item.min_size)
                 values = []
                 for i in range(n):
                     value, offset = self._field(item, payload, offset, f"{item.name}[{i + 1}]")
@@ -168,18 +179,36 @@ class PayloadDecoder:
         label: str,
         counts: dict[str, int] | None = None,
     ) -> tuple[object, int]:
-        end = self._take(spec.length, label, payload, offset)
+        if spec.variable:
+            start, end = self._variable(spec, payload, offset, label)
+        else:
+            start, end = offset, self._take(spec.length, label, payload, offset)
         try:
-            value = DECODERS[spec.format](payload[offset:end], spec, self.form)
+            value = _value(payload[start:end], spec, self.form)
         except _Bad as bad:
-            raise PayloadError(label, offset + bad.at, bad.reason) from None
+            raise PayloadError(label, start + bad.at, bad.reason) from None
         except (UnicodeDecodeError, ValueError) as exc:
-            raise PayloadError(label, offset, f"{spec.format} value: {exc}") from None
+            raise PayloadError(label, start, f"{spec.format} value: {exc}") from None
         if counts is not None and spec.counts is not None:
             counts[spec.name] = _count_value(value, label, offset)
         if self.null_empty and is_empty(value):
             value = None
         return value, end
+
+    def _variable(
+        self, spec: FieldSpec, payload: bytes, offset: int, label: str
+    ) -> tuple[int, int]:
+        """Where a variable-length value's bytes start and end: after its length prefix,
+        whose value counts the prefix itself (read in the payload's integer byte order)."""
+        start = self._take(spec.prefix, f"{label} length", payload, offset)
+        total = int.from_bytes(payload[offset:start], "big" if self.form.big_endian else "little")
+        if total < spec.prefix:
+            raise PayloadError(
+                label,
+                offset,
+                f"variable length {total} is shorter than its {spec.prefix}-byte length prefix",
+            )
+        return start, self._take(total, label, payload, offset)
 
     def _occurrences(
         self,

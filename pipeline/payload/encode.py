@@ -2,7 +2,8 @@
 
 Writes what Adabas writes: A/W padded with blanks, P with sign C/D, U with zone F/D (EBCDIC)
 or 3/7 (ASCII) on the last byte, B unsigned and F signed in the form's byte order, G as IBM or
-IEEE float.  ``None`` encodes the empty value.  Values that do not fit raise
+IEEE float; a variable-length value (length 0) as its length prefix and as few bytes as it
+needs.  ``None`` encodes the empty value.  Values that do not fit raise
 :class:`~.errors.PayloadError` naming the field and offset, like the decoder.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from decimal import Context, Decimal
 from typing import Any
 
@@ -86,6 +88,31 @@ def _float(value: object, spec: FieldSpec, form: Form) -> bytes:
     return struct.pack((">" if form.big_endian else "<") + "fd"[spec.length == 8], number)
 
 
+def _variable(value: object, spec: FieldSpec, form: Form) -> bytes:
+    """A variable-length value: its length (counting the prefix) in ``spec.prefix`` bytes,
+    then its bytes: text unpadded, B as given, P/U in as few digits as value and scale need."""
+    if spec.format in "AW":
+        body = str(value or "").encode(form.text if spec.format == "A" else form.wide)
+    elif spec.format == "B":
+        number = value if isinstance(value, bytes) else int(value or 0)  # type: ignore[call-overload]
+        body = (
+            number
+            if isinstance(number, bytes)
+            else number.to_bytes(max(1, (number.bit_length() + 7) // 8), _order(form))
+        )
+    else:
+        unscaled = Decimal(str(value or 0)).scaleb(spec.scale, context=_EXACT)
+        digits = max(len(str(abs(int(unscaled)))), spec.scale, 1)
+        if digits > spec.digits:
+            raise ValueError(f"{value} needs more than {spec.digits} digits")
+        length = digits // 2 + 1 if spec.format == "P" else digits
+        body = ENCODERS[spec.format](value, replace(spec, length=length, prefix=1), form)
+    total = len(body) + spec.prefix
+    if total >= 1 << (8 * spec.prefix):
+        raise ValueError(f"{len(body)} bytes do not fit a {spec.prefix}-byte length prefix")
+    return total.to_bytes(spec.prefix, _order(form)) + body
+
+
 #: Adabas format -> encoder of one value.
 ENCODERS: dict[str, Encoder] = {
     "A": _alpha,
@@ -134,6 +161,8 @@ class PayloadEncoder:
 
     def _one(self, spec: FieldSpec, value: object, label: str, out: bytearray) -> bytes:
         try:
+            if spec.variable:
+                return _variable(value, spec, self.form)
             return ENCODERS[spec.format](value, spec, self.form)
         except (ValueError, TypeError, ArithmeticError, UnicodeError) as exc:
             raise PayloadError(label, len(out), str(exc)) from None

@@ -5,6 +5,8 @@ pieces can be joined as the replicator's parameters split them (``'AA,AC,' + 'AH
 
 ``AA,8,A``       field, length, format (A W B F P U G)
 ``AC,4,P,2``     … with a decimal scale (P and U only): 4 packed bytes = 7 digits, 2 decimals
+``AA,0,A``       variable length (A W B P U): each value after a binary length that counts
+                 itself, 1 byte, or 2/4 for a field the ``fdt`` marks LA/LB (``{AZ: "0,A,LA"}``)
 ``AA,8`` ``AA,A`` ``AA``   length and/or format taken from the conf's ``fdt`` (``{AA: "8,A"}``)
 ``AB3,10,A``     one MU occurrence: a single value (column ``<AB's column>_3``)
 ``AB1-3,10,A``   MU/PE field occurrences 1 to 3: a list of 3
@@ -15,7 +17,7 @@ pieces can be joined as the replicator's parameters split them (``'AA,AC,' + 'AH
 ``5X``           five bytes to skip
 
 Not supported (raise :class:`~.errors.LayoutError`): field ranges ``AA-AF``, literals, MU
-inside PE (``AR1(1-3)``), length 0 (variable-length values), descriptor and edit-mask forms.
+inside PE (``AR1(1-3)``), length indicators (``AAL``), descriptor and edit-mask forms.
 Columns come from the conf's ``columns`` mapping; a field without one gets its short name in
 lower case.
 """
@@ -80,17 +82,32 @@ def _elements(tokens: list[str]) -> list[_Element | Filler]:
     return out
 
 
-def _fdt(fdt: Mapping[str, FdtEntry], name: str) -> tuple[int | None, str | None, int | None]:
-    """(length, format, scale) the conf's FDT gives for ``name``."""
+#: FDT options that widen a variable-length value's length prefix.
+_PREFIX_OPTIONS = {"LA": 2, "LB": 4}
+
+
+@dataclass(frozen=True)
+class _FdtField:
+    """What the conf's FDT says of one field: ``8,A``, ``4,P,2``, ``0,A,LA``."""
+
+    length: int | None = None
+    format: str | None = None
+    scale: int | None = None
+    prefix: int = 1
+
+
+def _fdt(fdt: Mapping[str, FdtEntry], name: str) -> _FdtField:
     entry = fdt.get(name)
     if entry is None:
-        return None, None, None
+        return _FdtField()
     parts = tokenize(entry) if isinstance(entry, str) else [str(p).upper() for p in entry]
+    options = [p for p in parts if p in _PREFIX_OPTIONS]
+    parts = [p for p in parts if p not in _PREFIX_OPTIONS]
     length = int(parts[0]) if parts and parts[0].isdigit() else None
     rest = parts[1:] if length is not None else parts
     fmt = rest[0] if rest else None
     scale = int(rest[1]) if len(rest) > 1 else None
-    return length, fmt, scale
+    return _FdtField(length, fmt, scale, max((_PREFIX_OPTIONS[o] for o in options), default=1))
 
 
 @dataclass(frozen=True)
@@ -104,15 +121,16 @@ class _Conf:
         return self.columns.get(name) or name.lower()
 
     def spec(self, el: _Element, name: str, column: str, **occ: Any) -> FieldSpec:
-        f_len, f_fmt, f_scale = _fdt(self.fdt, name)
-        if el.length == 0 or f_len == 0:
-            raise LayoutError(f"{name}: length 0 (variable-length values) is not supported")
-        length = el.length or f_len or (1 if el.count else None)
-        fmt = el.format or f_fmt or ("B" if el.count else None)
+        fdt = _fdt(self.fdt, name)
+        length = el.length if el.length is not None else fdt.length
+        if length is None and el.count:
+            length = 1
+        fmt = el.format or fdt.format or ("B" if el.count else None)
         if length is None or fmt is None:
             raise LayoutError(f"{name}: no length/format in the format buffer nor the fdt conf")
-        scale = el.scale if el.scale is not None else self.scales.get(name, f_scale or 0)
-        return FieldSpec(name, column, fmt, length, scale, **occ)
+        scale = el.scale if el.scale is not None else self.scales.get(name, fdt.scale or 0)
+        prefix = fdt.prefix if length == 0 else 1
+        return FieldSpec(name, column, fmt, length, scale, prefix=prefix, **occ)
 
 
 def _occurrences(el: _Element) -> dict[str, Any]:
@@ -144,7 +162,7 @@ def _item(el: _Element | Filler, conf: _Conf) -> Item:
 
 
 def _group(el: _Element, conf: _Conf) -> GroupSpec:
-    if el.first is None or el.last is None or el.length or el.format:
+    if el.first is None or el.last is None or el.length is not None or el.format:
         raise LayoutError(f"PE group {el.name}: write it as {el.name}1-n or {el.name}1-N")
     members = []
     for m in _elements(tokenize(conf.groups[el.name])):

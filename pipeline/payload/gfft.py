@@ -13,6 +13,9 @@ laid out is an ASSUMPTION stated where it is made:
 * PE members without the "range" flag are read occurrence by occurrence as one group
   (PA1,PB1,PA2,PB2,…) named by URBGFGRP; with the flag each member is its own list;
 * URBGFPRC is the number of decimal places of a P/U field;
+* URBGFLEN 0 is a variable-length field, each value after a 1-byte length that counts itself
+  (a GFFT does not say whether a field is LA/LB, whose values have 2/4-byte lengths: map such
+  fields with a conf format buffer and ``fdt``);
 * second-level occurrences (URBGFONO/URBGFOFM: MU inside PE) are not supported.
 """
 
@@ -24,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import LayoutError
-from .layout import FieldSpec, GroupSpec, Item, LayoutKey, RecordLayout
+from .layout import VARIABLE_DIGITS, FieldSpec, GroupSpec, Item, LayoutKey, RecordLayout
 
 #: URBGFFMT low nibble -> Adabas format (0 = no format: a group header).
 GFFT_FORMATS: dict[int, str] = {0x01: "A", 0x02: "B", 0x03: "P", 0x04: "U", 0x05: "G", 0x06: "G"}
@@ -104,7 +107,8 @@ class _Builder:
             count_column = self.columns.get(f"{name}C") or f"{column}_count"
             self.items.append(FieldSpec(f"{name}C", count_column, fmt, length))
             return
-        scale = prc if fmt in "PU" and prc <= (2 * length - 1 if fmt == "P" else length) else 0
+        digits = VARIABLE_DIGITS if length == 0 else 2 * length - 1 if fmt == "P" else length
+        scale = prc if fmt in "PU" and prc <= digits else 0
         occ = _occurrences(g, name, self.counted)
         grp = str(g.urbgfgrp or "").strip()
         if g.urbgtype & TYPE_PE and grp and occ and not g.urbgflag & FLAG_RANGE:
@@ -191,6 +195,8 @@ def long_name(column: str) -> str:
 
 
 def _urbg(spec: FieldSpec, **extra: Any) -> dict[str, Any]:
+    if spec.prefix != 1:
+        raise LayoutError(f"{spec.name}: a {spec.prefix}-byte length prefix has no GFFT form")
     occ: dict[str, Any] = {}
     if spec.occurrences is not None:
         occ = {"urbgtype": TYPE_MU, "urbgfrfm": 1, "urbgfrno": spec.occurrences}

@@ -4,7 +4,10 @@ A layout is a tuple of items in payload order:
 
 ``FieldSpec``  one Adabas field: short name, column, format, byte length, decimal scale, and
                either a single value, a fixed number of occurrences (MU/PE ``AB1-3``) or a
-               variable number read from an earlier count field (``ABC`` … ``AB1-N``)
+               variable number read from an earlier count field (``ABC`` … ``AB1-N``).
+               Length 0 is a variable-length value (``AA,0,A``): each value is preceded by
+               its length in ``prefix`` bytes (1; 2 for LA fields, 4 for LB), the length
+               counting the prefix itself, as Adabas returns such values
 ``GroupSpec``  a PE group laid out occurrence by occurrence (``GA1-3`` → AR1,AS1,AR2,AS2,…),
                decoded as a list of dicts
 ``Filler``     ``nX``: bytes to skip
@@ -23,6 +26,7 @@ from .errors import LayoutError
 
 #: Format -> (allowed byte lengths or None for any 1..limit, limit, what it decodes to).
 #: Lengths follow the Adabas field definitions; the codec does not check FDT maxima beyond them.
+#: Length 0 (variable) is valid for the formats in ``VARIABLE``.
 FORMATS: dict[str, tuple[frozenset[int] | None, int, str]] = {
     "A": (None, 253, "str: alphanumeric in the payload's code page"),
     "W": (None, 253, "str: wide characters per WCODE"),
@@ -32,12 +36,19 @@ FORMATS: dict[str, tuple[frozenset[int] | None, int, str]] = {
     "U": (None, 29, "Decimal: unpacked/zoned, sign in the last byte's zone"),
     "G": (frozenset({4, 8}), 8, "float: IBM hexadecimal or IEEE 754 per ARC"),
 }
+#: Formats a variable-length value (length 0) may have; a variable B value stays bytes.
+VARIABLE = frozenset("AWBPU")
+#: Width of a variable-length value's length prefix: 1, or 2 for LA and 4 for LB fields.
+PREFIXES = frozenset({1, 2, 4})
+#: Digits of a variable-length P or U value at most (15 packed bytes, 29 zoned bytes).
+VARIABLE_DIGITS = 29
 
 
 @dataclass(frozen=True)
 class FieldSpec:
     """One field.  ``occurrences`` None = one value; an int = that many (a list);
-    ``count_field`` set = as many as the named earlier count field says (a list)."""
+    ``count_field`` set = as many as the named earlier count field says (a list).
+    ``length`` 0 = variable length, each value after a ``prefix``-byte length."""
 
     name: str
     column: str
@@ -46,25 +57,53 @@ class FieldSpec:
     scale: int = 0
     occurrences: int | None = None
     count_field: str | None = None
+    prefix: int = 1
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise LayoutError(f"{self.name}: unknown format {self.format!r}")
-        lengths, limit, _ = FORMATS[self.format]
-        bad = self.length < 1 or self.length > limit or (lengths and self.length not in lengths)
-        if bad:
-            raise LayoutError(
-                f"{self.name}: length {self.length} not valid for format {self.format}"
-            )
+        if self.variable:
+            self._check_variable()
+        else:
+            lengths, limit, _ = FORMATS[self.format]
+            if self.length < 1 or self.length > limit or (lengths and self.length not in lengths):
+                raise LayoutError(
+                    f"{self.name}: length {self.length} not valid for format {self.format}"
+                )
+            if self.prefix != 1:
+                raise LayoutError(f"{self.name}: a length prefix needs length 0 (variable)")
         if self.scale and self.format not in "PU":
             raise LayoutError(f"{self.name}: a scale needs format P or U, not {self.format}")
         if not 0 <= self.scale <= self.digits:
             raise LayoutError(f"{self.name}: scale {self.scale} outside 0..{self.digits}")
         _check_occurrences(self.name, self.occurrences, self.count_field)
 
+    def _check_variable(self) -> None:
+        if self.format not in VARIABLE:
+            raise LayoutError(
+                f"{self.name}: format {self.format} cannot have length 0 "
+                f"(variable length is for {', '.join(sorted(VARIABLE))})"
+            )
+        if self.prefix not in PREFIXES:
+            raise LayoutError(f"{self.name}: length prefix {self.prefix} is not 1, 2 or 4")
+        if self.counts is not None:
+            raise LayoutError(f"{self.name}: a count field cannot have length 0")
+
+    @property
+    def variable(self) -> bool:
+        """Length 0: each value carries its own length (``AA,0,A``)."""
+        return self.length == 0
+
+    @property
+    def min_size(self) -> int:
+        """Fewest bytes one value takes: its length, or a variable value's prefix."""
+        return self.length or self.prefix
+
     @property
     def digits(self) -> int:
         """Decimal digits a P or U field holds (0 for other formats)."""
+        if self.variable:
+            return VARIABLE_DIGITS if self.format in "PU" else 0
         return {"P": 2 * self.length - 1, "U": self.length}.get(self.format, 0)
 
     @property
@@ -98,8 +137,8 @@ class GroupSpec:
 
     @property
     def length(self) -> int:
-        """Bytes of one occurrence."""
-        return sum(m.length for m in self.members)
+        """Bytes of one occurrence (at least, if a member has variable length)."""
+        return sum(m.min_size for m in self.members)
 
 
 @dataclass(frozen=True)
@@ -137,7 +176,7 @@ class RecordLayout:
 
     def __post_init__(self) -> None:
         _check_items(self.items)
-        variable = any(getattr(i, "count_field", None) for i in self.items)
+        variable = any(getattr(i, "count_field", None) or _has_variable(i) for i in self.items)
         size = None if variable else sum(_item_size(i) for i in self.items)
         object.__setattr__(self, "fixed_size", size)
 
@@ -181,6 +220,12 @@ def _check_items(items: tuple[Item, ...]) -> None:
             raise LayoutError(f"{item.name}: count field {counter} must come before it")
         seen_columns.add(item.column)
         seen_names.add(item.name)
+
+
+def _has_variable(item: Item) -> bool:
+    if isinstance(item, GroupSpec):
+        return any(m.variable for m in item.members)
+    return isinstance(item, FieldSpec) and item.variable
 
 
 def _item_size(item: Item) -> int:

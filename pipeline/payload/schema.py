@@ -3,6 +3,7 @@
 A/W → string; B ≤ 2 bytes → int, ≤ 4 → bigint, ≤ 8 → decimal(20,0) (B is unsigned), longer →
 binary; F ≤ 4 → int, 8 → bigint; P → decimal(2·len−1, scale); U → decimal(len, scale);
 G → double; MU/PE fields → array<…>; PE groups → array<struct<…>>; count fields are ints.
+Variable length (0): A/W → string, B → binary, P/U → decimal(29, scale).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def spark_type(spec: FieldSpec) -> str:
     if spec.format in "AW":
         return "string"
     if spec.format == "B":
-        return _binary(spec.length)
+        return "binary" if spec.variable else _binary(spec.length)
     if spec.format == "F":
         return "int" if spec.length <= 4 else "bigint"
     if spec.format == "G":

@@ -374,3 +374,92 @@ def test_seed_color_images_ebcdic() -> None:
     rows = [decode_payload(i, lay, arc=head.urbtarc, acode=head.urbtacod) for i in images]
     assert [r["color"] for r in rows] == ["GREEN", "BLUE", "YELLOW"]
     assert rows[0]["ab"] == Decimal(2004052518354610)
+
+
+# ------------------------------------------------------------------ variable-length values
+VARIABLE = parse_format_buffer(
+    "AA,0,A,AB,0,P,2,AC,0,B,AD,2,B,AZ,0,A,AE,0,U", fdt={"AZ": "0,A,LA"}
+)
+
+
+def _variable_images() -> list[tuple[dict, bytes]]:
+    """One record with variable-length values (length counts itself), written by hand."""
+    ebcdic = (
+        "04c2d6c2"  # AA 'BOB': length 4 = 1 + 3
+        "0412345d"  # AB packed -123.45 in 3 bytes
+        "03abcd"  # AC two bytes, kept as bytes
+        "0102"  # AD fixed 2-byte binary 258
+        "0005c1c2c3"  # AZ (LA) 'ABC': a 2-byte length 5 = 2 + 3
+        "03f4d2"  # AE zoned -42
+    )
+    ascii_ = (
+        "04424f42"  # AA in Latin-1
+        "0412345d"  # packed is the same in every form
+        "03abcd"  # bytes have no byte order
+        "0201"  # AD 258 little-endian
+        "0500414243"  # AZ: the 2-byte length little-endian too
+        "033472"  # AE zoned -42, ASCII zones
+    )
+    return [(EBCDIC, bytes.fromhex(ebcdic)), (ASCII, bytes.fromhex(ascii_))]
+
+
+VARIABLE_VALUES = {
+    "aa": "BOB",
+    "ab": Decimal("-123.45"),
+    "ac": b"\xab\xcd",
+    "ad": 258,
+    "az": "ABC",
+    "ae": Decimal(-42),
+}
+
+
+@pytest.mark.parametrize(("form", "image"), _variable_images(), ids=["ebcdic", "ascii"])
+def test_variable_length_values_both_forms(form: dict, image: bytes) -> None:
+    assert VARIABLE.fixed_size is None
+    assert decode_payload(image, VARIABLE, **form) == VARIABLE_VALUES
+    assert encode_payload(VARIABLE_VALUES, VARIABLE, **form) == image
+
+
+def test_variable_length_empty_values_kept_or_null() -> None:
+    empty = bytes.fromhex("01" "01" "01" "0000" "0002" "01")  # every prefix counts only itself
+    assert decode_payload(empty, VARIABLE) == {
+        "aa": "", "ab": Decimal("0.00"), "ac": b"", "ad": 0, "az": "", "ae": Decimal(0)}
+    assert set(decode_payload(empty, VARIABLE, empty="null").values()) == {None}
+
+
+def test_variable_length_mu_and_pe() -> None:
+    lay = parse_format_buffer("ABC,1,B,AB1-N,0,A,GA1-2", groups={"GA": "AR,0,A,AS,2,B"})
+    image = bytes.fromhex("02" "03c1c2" "01" "02c3" "0001" "04c4c5c6" "0002")
+    assert decode_payload(image, lay) == {
+        "ab_count": 2, "ab": ["AB", ""],
+        "ga": [{"ar": "C", "as": 1}, {"ar": "DEF", "as": 2}],
+    }
+    assert encode_payload(decode_payload(image, lay), lay) == image
+    with pytest.raises(PayloadError, match="ABC=9 needs 9 bytes, 6 left"):
+        decode_payload(bytes.fromhex("09" "03c1c2" "01" "02c3"), lay)
+
+
+@pytest.mark.parametrize(
+    ("hexed", "field", "offset", "reason"),
+    [
+        ("", "AA length", 0, "needs 1 bytes, payload has 0 left"),
+        ("00", "AA", 0, "variable length 0 is shorter than its 1-byte length prefix"),
+        ("09c1c2", "AA", 0, "needs 9 bytes, payload has 3 left"),
+        ("01" "04123451", "AB", 4, "packed sign nibble X'1'"),
+        ("01" "01" "01" "0000" "0001", "AZ", 5, "1 is shorter than its 2-byte length prefix"),
+        ("01" "01" "01" "0000" "01", "AZ length", 5, "needs 2 bytes, payload has 1 left"),
+    ],
+)
+def test_bad_variable_length_values(hexed: str, field: str, offset: int, reason: str) -> None:
+    with pytest.raises(PayloadError) as info:
+        decode_payload(bytes.fromhex(hexed), VARIABLE)
+    assert (info.value.field, info.value.offset) == (field, offset)
+    assert reason in info.value.reason
+
+
+def test_variable_length_values_that_do_not_fit() -> None:
+    with pytest.raises(PayloadError, match="do not fit a 1-byte length prefix"):
+        encode_payload({"aa": "x" * 255}, parse_format_buffer("AA,0,A"))
+    assert len(encode_payload({"aa": "x" * 254}, parse_format_buffer("AA,0,A"))) == 255
+    with pytest.raises(PayloadError, match="more than 29 digits"):
+        encode_payload({"ab": Decimal(10**29)}, parse_format_buffer("AB,0,P"))

@@ -94,7 +94,10 @@ def test_pe_group() -> None:
         ("'TEXT'", {}, "not a supported field"),
         ("AA", {}, "no length/format"),
         ("AA,8,Q", {}, "not a supported field"),
-        ("AA,0,A", {}, "length 0"),
+        ("AA,0,F", {}, "format F cannot have length 0"),
+        ("AA,0,G", {}, "format G cannot have length 0"),
+        ("ABC,0,B,AB1-N,3,A", {}, "count field cannot have length 0"),
+        ("GA1-N,0", {"groups": {"GA": "AR,3,A"}}, "GA1-n"),
         ("AA,8,A,AA,8,A", {}, "used twice"),
         ("AB1-N,3,A", {}, "count field ABC must come before"),
         ("AB2-N,3,A", {}, "must start at 1"),
@@ -110,6 +113,31 @@ def test_pe_group() -> None:
 def test_bad_format_buffers(fb: str, kwargs: dict, match: str) -> None:
     with pytest.raises(LayoutError, match=match):
         parse_format_buffer(fb, **kwargs)
+
+
+def test_variable_length_fields_and_la_lb_prefixes() -> None:
+    lay = parse_format_buffer(
+        "AA,0,A,AB,0,P,2,AZ,AY,0,W,AX,8,A", fdt={"AZ": "0,A,LA", "AY": "LB,200,W", "AX": "LA"}
+    )
+    assert lay.items == (
+        FieldSpec("AA", "aa", "A", 0),
+        FieldSpec("AB", "ab", "P", 0, 2),
+        FieldSpec("AZ", "az", "A", 0, prefix=2),
+        FieldSpec("AY", "ay", "W", 0, prefix=4),  # the buffer's length 0 wins, LB from the FDT
+        FieldSpec("AX", "ax", "A", 8),  # read with a fixed length: no prefix
+    )
+    assert lay.fixed_size is None and lay.items[0].min_size == 1 and lay.items[2].min_size == 2
+    assert RecordLayout.from_dict(lay.to_dict()) == lay
+    old_form = lay.to_dict()  # layouts stored before prefixes existed read back with 1
+    del old_form["items"][0]["prefix"]
+    assert RecordLayout.from_dict(old_form) == lay
+    with pytest.raises(LayoutError, match="length prefix needs length 0"):
+        FieldSpec("AA", "aa", "A", 8, prefix=2)
+    with pytest.raises(LayoutError, match="length prefix 3 is not 1, 2 or 4"):
+        FieldSpec("AA", "aa", "A", 0, prefix=3)
+    assert spark_ddl(parse_format_buffer("AA,0,A,AB,0,B,AC,0,P,2,AD,0,U,AE,0,W")) == (
+        "`aa` string, `ab` binary, `ac` decimal(29,2), `ad` decimal(29,0), `ae` string"
+    )
 
 
 def test_layout_from_conf_and_round_trip_through_dict() -> None:

@@ -191,7 +191,8 @@ def test_registry_versions_and_fallback() -> None:
 # ------------------------------------------------------------------ GFFT from a layout
 _SHORT = st.sampled_from([a + b for a in "ABDEFHIJKLMNO" for b in "ABDEFGHIJKLMNO"])
 _FIELD_FORMATS = st.sampled_from([("A", 8), ("A", 1), ("W", 6), ("B", 2), ("B", 9), ("F", 4),
-                                  ("P", 4), ("P", 15), ("U", 5), ("G", 8)])
+                                  ("P", 4), ("P", 15), ("U", 5), ("G", 8),
+                                  ("A", 0), ("W", 0), ("B", 0), ("P", 0), ("U", 0)])
 
 
 @st.composite
@@ -234,6 +235,17 @@ def test_gfft_round_trip(layout: RecordLayout, ebcdic: bool) -> None:
     # what crosses Spark (gfft_fields as JSON) builds the same layout
     view = gfft_view(json.loads(json.dumps(gfft_fields(decoded))))
     assert layout_from_gfft(view, layout_columns(layout)) == again
+
+
+def test_gfft_variable_length_field_and_la_refused() -> None:
+    """URBGFLEN 0 is a variable-length field with a 1-byte length; an LA field's 2-byte
+    length has no GFFT form, so the simulator cannot send one it would misread."""
+    urbg = {"urbgfid": "AZ", "urbgffmt": 0x03, "urbgflen": 0, "urbgfprc": 2}
+    lay = layout_from_gfft(_urbf(True, urbgs=[urbg]))
+    assert lay.items == (FieldSpec("AZ", "az", "P", 0, 2),)
+    assert decode_payload(bytes.fromhex("0412345d"), lay) == {"az": Decimal("-123.45")}
+    with pytest.raises(LayoutError, match="2-byte length prefix has no GFFT form"):
+        gfft_from_layout(parse_format_buffer("AZ,0,A", fdt={"AZ": "LA"}))
 
 
 def test_gfft_from_layout_names_and_refuses_fillers() -> None:

@@ -15,6 +15,7 @@ from pipeline.payload import (
     float_to_ibm,
     ibm_to_float,
     parse_format_buffer,
+    payload_form,
 )
 
 FORMS = st.sampled_from(
@@ -133,3 +134,62 @@ def test_mu_and_pe_lists(form: dict, data: st.DataObject) -> None:
     }
     decoded = decode_payload(encode_payload(values, lay, **form), lay, **form)
     assert decoded == {**values, "ab_count": len(values["ab"]), "ga_count": len(values["ga"])}
+
+
+@settings(max_examples=300)
+@given(form=FORMS, wcode=WCODES, prefix=st.sampled_from(["", "LA", "LB"]), data=st.data())
+def test_variable_length_values(form: dict, wcode: int, prefix: str, data: st.DataObject) -> None:
+    """Variable-length values (``AA,0,A``) of every format that has them, with 1-, 2- and
+    4-byte length prefixes, in MU and PE occurrences too: they come back, and each prefix
+    counts itself."""
+    p_scale, u_scale = data.draw(st.integers(0, 29)), data.draw(st.integers(0, 29))
+    fdt = {"AA": f"0,A,{prefix}"} if prefix else {}
+    lay = parse_format_buffer(
+        f"AA,0,A,AW,0,W,AB,0,B,AP,0,P,{p_scale},AU,0,U,{u_scale},AMC,1,B,AM1-N,0,A,GA1-2",
+        fdt=fdt,
+        groups={"GA": "AR,0,P,AS,1,B"},
+    )
+    wide = st.text(st.characters(exclude_categories=("Cs",)), max_size=5)
+    values = {
+        "aa": data.draw(_text(60)),
+        "aw": data.draw(wide),
+        "ab": data.draw(st.binary(max_size=20)),
+        "ap": data.draw(decimals(29, p_scale)),
+        "au": data.draw(decimals(29, u_scale)),
+        "am": data.draw(st.lists(_text(10), max_size=4)),
+        "ga": data.draw(
+            st.lists(
+                st.fixed_dictionaries({"ar": decimals(5, 0), "as": st.integers(0, 255)}),
+                min_size=2,
+                max_size=2,
+            )
+        ),
+    }
+    image = encode_payload(values, lay, wcode=wcode, **form)
+    decoded = decode_payload(image, lay, wcode=wcode, **form)
+    assert decoded == {**values, "am_count": len(values["am"])}
+    width = {"": 1, "LA": 2, "LB": 4}[prefix]
+    order = "big" if payload_form(**form).big_endian else "little"
+    assert int.from_bytes(image[:width], order) == width + len(
+        values["aa"].encode(payload_form(**form).text)
+    )
+
+
+FUZZ_LAYOUTS = [
+    parse_format_buffer("AA,0,A,AB,0,P,2,AMC,1,B,AM1-N,0,U,AX,0,B,AZ,0,W", fdt={"AZ": "LA"}),
+    parse_format_buffer("AA,8,A,AC,4,P,2,AD,4,B,AE,5,U,AF,4,G,AW,4,W,GAC,1,B,GA1-N",
+                        groups={"GA": "AR,0,A,AS,2,F"}),
+]
+
+
+@settings(max_examples=1000)
+@given(layout=st.sampled_from(FUZZ_LAYOUTS), form=FORMS, wcode=WCODES,
+       image=st.binary(max_size=80))
+def test_any_bytes_decode_or_raise_payload_error(layout, form: dict, wcode: int,
+                                                 image: bytes) -> None:
+    """Fuzz: arbitrary bytes against a layout give values or a PayloadError naming a field
+    inside the image, never another exception (the job quarantines on PayloadError only)."""
+    try:
+        decode_payload(image, layout, wcode=wcode, **form)
+    except PayloadError as err:
+        assert 0 <= err.offset <= len(image) and err.reason

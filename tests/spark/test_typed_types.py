@@ -1,7 +1,7 @@
 """Every column type through the real typed path (Spark + Delta, no Kafka), from known bytes.
 
-One layout with A, W, B (2, 4, 8 bytes), F, P, U, G (4 and 8 bytes), an MU field and a PE
-group; its images written out by hand (not by the project's encoder) in the mainframe form
+One layout with A, W, B (2, 4, 8 bytes), F, P, U, G (4 and 8 bytes), an MU field, a PE
+group and variable-length A, B, P and LA values (length 0: a length prefix per value); its images written out by hand (not by the project's encoder) in the mainframe form
 (EBCDIC text, UTF-16BE wide text, high-order first, IBM floats: URBTARC 2) and the Intel form
 (Latin-1, UTF-16LE, low-order first, IEEE floats: URBTARC 9), plus one of blanks and zeros.
 Landed by ``write_typed_tables`` twice over — a file with ``empty: keep`` and one with
@@ -27,13 +27,14 @@ from pipeline.spark.typed import write_typed_tables
 T0 = datetime(2025, 3, 1, 8, 0, 0, tzinfo=UTC)
 APP = "types-test"
 FORMAT_BUFFER = ("AA,8,A,AW,8,W,AB,2,B,AC,4,B,AD,8,B,AF,4,F,AP,4,P,2,AQ,3,P,AU,4,U,1,"
-                 "AG,4,G,AH,8,G,AMC,1,B,AM1-N,2,P,GAC,1,B,GA1-N.")
+                 "AG,4,G,AH,8,G,AMC,1,B,AM1-N,2,P,GAC,1,B,GA1-N,AV,0,A,AX,0,B,AY,0,P,2,AZ.")
 COLUMNS = {"AA": "name", "AW": "wide", "AB": "b2", "AC": "b4", "AD": "b8", "AF": "f4",
            "AP": "amount", "AQ": "qty", "AU": "zoned", "AG": "g4", "AH": "g8", "AM": "mu",
-           "GA": "pe"}
+           "GA": "pe", "AV": "note", "AX": "blob", "AY": "vamount", "AZ": "long_text"}
+FDT = {"AZ": "0,A,LA"}  # a long alpha field read with length 0: a 2-byte length prefix
 GROUPS = {"GA": "GR,3,A,GS,3,P,2,GT,8,B"}
 VALUES = ["name", "wide", "b2", "b4", "b8", "f4", "amount", "qty", "zoned", "g4", "g8",
-          "mu_count", "mu", "pe_count", "pe"]
+          "mu_count", "mu", "pe_count", "pe", "note", "blob", "vamount", "long_text"]
 KEEP, NULL = 7, 8  # the two files: empty: keep / empty: null, same images
 
 #: (ACODE, WCODE, ARC) of the two forms.
@@ -57,6 +58,10 @@ MAINFRAME_IMAGE = bytes.fromhex("".join((
     "02",  # GAC: 2 occurrences of GA, each GR, GS, GT
     "c5e4d9" "01250c" "0000010000000001",  # GA(1): 'EUR', +12.50, 2**40 + 1
     "e4e2c4" "00100d" "0000000000000002",  # GA(2): 'USD', -1.00, 2
+    "03c8c9",  # AV 'HI': length 3 counts its own byte
+    "05deadbeef",  # AX 4 bytes, kept as bytes
+    "03150d",  # AY packed -1.50 in 2 bytes
+    "0006d3d6d5c7",  # AZ (LA) 'LONG': a 2-byte length 6, high-order first
 )))
 INTEL_IMAGE = bytes.fromhex("".join((
     "4ddc4c4c45522020",  # AA 'MÜLLER' + 2 blanks, Latin-1 (Ü = X'DC')
@@ -75,6 +80,10 @@ INTEL_IMAGE = bytes.fromhex("".join((
     "02",  # GAC
     "455552" "01250c" "0100000000010000",  # GA(1): 'EUR', +12.50, 2**40 + 1 low-order first
     "555344" "00100d" "0200000000000000",  # GA(2): 'USD', -1.00, 2
+    "034849",  # AV 'HI'
+    "05deadbeef",  # AX: bytes have no byte order
+    "03150d",  # AY -1.50
+    "06004c4f4e47",  # AZ 'LONG': the 2-byte length low-order first
 )))
 EMPTY_IMAGE = bytes.fromhex("".join((  # mainframe form: Adabas' empty values
     "4040404040404040",  # AA blanks
@@ -84,6 +93,7 @@ EMPTY_IMAGE = bytes.fromhex("".join((  # mainframe form: Adabas' empty values
     "00000000" "0000000000000000",  # AG, AH float zeros
     "01" "000c",  # AMC 1, AM(1) packed zero
     "01" "404040" "00000c" "0000000000000000",  # GAC 1, GA(1): blanks, zero, zero
+    "01" "01" "01" "0002",  # AV, AX, AY, AZ: lengths that count only themselves
 )))
 
 IBM_SHORT_TENTH = 0x19999A / 2**24  # what X'4019999A' holds exactly
@@ -93,14 +103,16 @@ FULL = {
     "b8": Decimal(2**63 + 5), "f4": -2, "amount": Decimal("-12345.67"), "qty": Decimal(12345),
     "zoned": Decimal("-123.4"), "g8": -118.625, "mu_count": 2, "mu": [Decimal(5), Decimal(-7)],
     "pe_count": 2, "pe": [{"gr": "EUR", "gs": Decimal("12.50"), "gt": Decimal(2**40 + 1)},
-                          {"gr": "USD", "gs": Decimal("-1.00"), "gt": Decimal(2)}]}
+                          {"gr": "USD", "gs": Decimal("-1.00"), "gt": Decimal(2)}],
+    "note": "HI", "blob": b"\xde\xad\xbe\xef", "vamount": Decimal("-1.50"), "long_text": "LONG"}
 EXPECTED_KEEP = {
     1: {**FULL, "g4": IBM_SHORT_TENTH},
     2: {**FULL, "g4": IEEE_SINGLE_TENTH},
     3: {"name": "", "wide": "", "b2": 0, "b4": 0, "b8": Decimal(0), "f4": 0,
         "amount": Decimal("0.00"), "qty": Decimal(0), "zoned": Decimal("0.0"), "g4": 0.0,
         "g8": 0.0, "mu_count": 1, "mu": [Decimal(0)], "pe_count": 1,
-        "pe": [{"gr": "", "gs": Decimal("0.00"), "gt": Decimal(0)}]}}
+        "pe": [{"gr": "", "gs": Decimal("0.00"), "gt": Decimal(0)}], "note": "", "blob": b"",
+        "vamount": Decimal("0.00"), "long_text": ""}}
 EXPECTED_NULL = {
     **EXPECTED_KEEP,
     3: {**dict.fromkeys(VALUES), "mu_count": 1, "mu": [None], "pe_count": 1,
@@ -109,7 +121,8 @@ SPARK_TYPES = {
     "name": "string", "wide": "string", "b2": "int", "b4": "bigint", "b8": "decimal(20,0)",
     "f4": "int", "amount": "decimal(7,2)", "qty": "decimal(5,0)", "zoned": "decimal(4,1)",
     "g4": "double", "g8": "double", "mu_count": "int", "mu": "array<decimal(3,0)>",
-    "pe_count": "int", "pe": "array<struct<gr:string,gs:decimal(5,2),gt:decimal(20,0)>>"}
+    "pe_count": "int", "pe": "array<struct<gr:string,gs:decimal(5,2),gt:decimal(20,0)>>",
+    "note": "string", "blob": "binary", "vamount": "decimal(29,2)", "long_text": "string"}
 
 
 def _color(text: str, code: int) -> bytes:
@@ -167,7 +180,7 @@ def _batch() -> Batch:
 def _settings(base: Settings, lake: Path) -> Settings:
     color = next(lay for lay in base.layouts if lay.subscription == "COLOR")
     typed = [Layout(subscription="COLOR", dbid=10006, fnr=fnr, format_buffer=FORMAT_BUFFER,
-                    columns=COLUMNS, groups=GROUPS, empty=empty, gfft="ignore")
+                    columns=COLUMNS, groups=GROUPS, fdt=FDT, empty=empty, gfft="ignore")
              for fnr, empty in ((KEEP, "keep"), (NULL, "null"))]
     return base.model_copy(update={"layouts": [color, *typed], "stream": base.stream.model_copy(
         update={"lake_dir": str(lake)})})
