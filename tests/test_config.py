@@ -77,3 +77,17 @@ def test_subscription_destination_must_be_carried_by_a_topic(tmp_path: Path) -> 
     text = "subscriptions:\n  - name: COLOR\n    destinations: [NOWHERE]\n"
     with pytest.raises(ConfigError, match="NOWHERE"):
         load_settings(_write(tmp_path, text), env={})
+
+
+def test_layout_field_range_and_variable_fields_from_yaml(tmp_path: Path) -> None:
+    """A conf FDT keeps the order it is written in: a field range follows it."""
+    text = ("layouts:\n  - subscription: COLOR\n    dbid: 10006\n    fnr: 9\n"
+            "    format_buffer: 'AA,AE-AB.'\n"
+            "    fdt: {AA: '8,A', AE: '0,A,LA', AD: '4,P,2', AB: '2,B'}\n")
+    layout = load_settings(_write(tmp_path, text), env={}).layouts[0].conf_layout()
+    assert layout is not None
+    assert [(i.name, i.length, i.prefix) for i in layout.items] == [  # type: ignore[union-attr]
+        ("AA", 8, 1), ("AE", 0, 2), ("AD", 4, 1), ("AB", 2, 1)]
+    reversed_range = r"layouts\.0: format_buffer: field range AB-AE: AE comes before AB"
+    with pytest.raises(ConfigError, match=reversed_range):
+        load_settings(_write(tmp_path, text.replace("AE-AB", "AB-AE")), env={})

@@ -8,6 +8,8 @@ pieces can be joined as the replicator's parameters split them (``'AA,AC,' + 'AH
 ``AA,0,A``       variable length (A W B P U): each value after a binary length that counts
                  itself, 1 byte, or 2/4 for a field the ``fdt`` marks LA/LB (``{AZ: "0,A,LA"}``)
 ``AA,8`` ``AA,A`` ``AA``   length and/or format taken from the conf's ``fdt`` (``{AA: "8,A"}``)
+``AA-AF``        field range: every field from AA to AF in the ``fdt``'s order (the conf lists the
+                 FDT in its order), each with the FDT's length and format
 ``AB3,10,A``     one MU occurrence: a single value (column ``<AB's column>_3``)
 ``AB1-3,10,A``   MU/PE field occurrences 1 to 3: a list of 3
 ``ABC,1,B``      count of AB's occurrences (default 1,B; column ``<AB's column>_count``)
@@ -16,8 +18,9 @@ pieces can be joined as the replicator's parameters split them (``'AA,AC,' + 'AH
                  occurrence by occurrence (AR1,AS1,AR2,AS2,…) → list of dicts
 ``5X``           five bytes to skip
 
-Not supported (raise :class:`~.errors.LayoutError`): field ranges ``AA-AF``, literals, MU
-inside PE (``AR1(1-3)``), length indicators (``AAL``), descriptor and edit-mask forms.
+Not supported (raise :class:`~.errors.LayoutError`): literals, a length or format after a
+range (``AA-AF,4,A``), PE groups inside a range, MU inside PE (``AR1(1-3)``), length
+indicators (``AAL``), descriptor and edit-mask forms.
 Columns come from the conf's ``columns`` mapping; a field without one gets its short name in
 lower case.
 """
@@ -34,6 +37,7 @@ from .layout import FORMATS, FieldSpec, Filler, GroupSpec, Item, LayoutKey, Reco
 
 _NAME = re.compile(r"^([A-Z][A-Z0-9])(?:(C)|(\d+)(?:-(\d+|N))?)?$")
 _FILLER = re.compile(r"^(\d+)X$")
+_RANGE = re.compile(r"^([A-Z][A-Z0-9])-([A-Z][A-Z0-9])$")
 FdtEntry = str | Sequence[Any]
 
 
@@ -50,6 +54,14 @@ class _Element:
     scale: int | None
 
 
+@dataclass(frozen=True)
+class _Range:
+    """``AA-AF``: the FDT's fields from ``first`` to ``last``, expanded once the fdt is known."""
+
+    first: str
+    last: str
+
+
 def tokenize(fb: str) -> list[str]:
     """Elements of a format buffer, upper-cased, without blanks, the final '.' or empties."""
     text = fb.strip()
@@ -57,14 +69,20 @@ def tokenize(fb: str) -> list[str]:
     return [t.strip().upper() for t in text.split(",") if t.strip()]
 
 
-def _elements(tokens: list[str]) -> list[_Element | Filler]:
-    out: list[_Element | Filler] = []
+def _elements(tokens: list[str]) -> list[_Element | Filler | _Range]:
+    out: list[_Element | Filler | _Range] = []
     i = 0
     while i < len(tokens):
         tok = tokens[i]
         i += 1
         if filler := _FILLER.match(tok):
             out.append(Filler(int(filler.group(1))))
+            continue
+        if rng := _RANGE.match(tok):
+            if i < len(tokens) and (tokens[i].isdigit() or tokens[i] in FORMATS):
+                raise LayoutError(f"field range {tok}: lengths and formats come from the fdt, "
+                                  "not the format buffer")
+            out.append(_Range(rng.group(1), rng.group(2)))
             continue
         m = _NAME.match(tok)
         if m is None:
@@ -166,10 +184,33 @@ def _group(el: _Element, conf: _Conf) -> GroupSpec:
         raise LayoutError(f"PE group {el.name}: write it as {el.name}1-n or {el.name}1-N")
     members = []
     for m in _elements(tokenize(conf.groups[el.name])):
-        if isinstance(m, Filler) or m.count or m.first is not None:
+        if isinstance(m, Filler | _Range) or m.count or m.first is not None:
             raise LayoutError(f"PE group {el.name}: members must be plain fields")
         members.append(conf.spec(m, m.name, conf.column(m.name)))
     return GroupSpec(el.name, conf.column(el.name), tuple(members), **_occurrences(el))
+
+
+def _expand(elements: list[_Element | Filler | _Range], conf: _Conf) -> list[_Element | Filler]:
+    """Field ranges replaced by the fields the fdt lists from their first to their last."""
+    order = list(conf.fdt)
+    out: list[_Element | Filler] = []
+    for el in elements:
+        if not isinstance(el, _Range):
+            out.append(el)
+            continue
+        name = f"{el.first}-{el.last}"
+        missing = [f for f in (el.first, el.last) if f not in conf.fdt]
+        if missing:
+            raise LayoutError(f"field range {name}: {', '.join(missing)} not in the fdt conf "
+                              "(a range takes its fields from the fdt, in the FDT's order)")
+        start, end = order.index(el.first), order.index(el.last)
+        if end < start:
+            raise LayoutError(f"field range {name}: {el.last} comes before {el.first} in the fdt")
+        for field_name in order[start : end + 1]:
+            if field_name in conf.groups:
+                raise LayoutError(f"field range {name}: PE group {field_name} inside a range")
+            out.append(_Element(field_name, False, None, None, None, None, None))
+    return out
 
 
 def parse_format_buffer(
@@ -188,7 +229,7 @@ def parse_format_buffer(
         {k.upper(): v for k, v in (groups or {}).items()},
         {k.upper(): v for k, v in (scales or {}).items()},
     )
-    elements = _elements(tokenize(fb))
+    elements = _expand(_elements(tokenize(fb)), conf)
     if not elements:
         raise LayoutError("empty format buffer")
     return RecordLayout(tuple(_item(e, conf) for e in elements), key, "conf")

@@ -90,7 +90,13 @@ def test_pe_group() -> None:
     ("fb", "kwargs", "match"),
     [
         ("", {}, "empty"),
-        ("AA-AF", {}, "not a supported field"),
+        ("AA-AF", {}, "AA, AF not in the fdt"),
+        ("AA-AC", {"fdt": {"AC": "1,A", "AA": "2,A"}}, "AC comes before AA in the fdt"),
+        ("AA-AC,4,A", {"fdt": {"AA": "2,A", "AC": "1,A"}}, "come from the fdt"),
+        ("AA-AC", {"fdt": {"AA": "2,A", "GA": "1,A", "AC": "1,A"}, "groups": {"GA": "AR,1,A"}},
+         "PE group GA inside a range"),
+        ("AA-AB", {"fdt": {"AA": "2,A", "AB": "A"}}, "AB: no length/format"),
+        ("GA1-2", {"groups": {"GA": "AR-AS"}, "fdt": {"AR": "1,A", "AS": "1,A"}}, "plain fields"),
         ("'TEXT'", {}, "not a supported field"),
         ("AA", {}, "no length/format"),
         ("AA,8,Q", {}, "not a supported field"),
@@ -113,6 +119,19 @@ def test_pe_group() -> None:
 def test_bad_format_buffers(fb: str, kwargs: dict, match: str) -> None:
     with pytest.raises(LayoutError, match=match):
         parse_format_buffer(fb, **kwargs)
+
+
+def test_field_ranges_follow_the_fdt_order() -> None:
+    fdt = {"AA": "8,A", "AB": "2,B", "AC": "4,P,2", "AD": "0,A,LA", "AE": "1,A", "AF": "3,U"}
+    lay = parse_format_buffer("AE,AB-AD,AA-AA,4X.", {"AC": "salary"}, fdt=fdt)
+    assert lay.items == (
+        FieldSpec("AE", "ae", "A", 1),
+        FieldSpec("AB", "ab", "B", 2),
+        FieldSpec("AC", "salary", "P", 4, 2),
+        FieldSpec("AD", "ad", "A", 0, prefix=2),
+        FieldSpec("AA", "aa", "A", 8),
+        Filler(4),
+    )
 
 
 def test_variable_length_fields_and_la_lb_prefixes() -> None:

@@ -1,7 +1,8 @@
 """Every column type through the real typed path (Spark + Delta, no Kafka), from known bytes.
 
 One layout with A, W, B (2, 4, 8 bytes), F, P, U, G (4 and 8 bytes), an MU field, a PE
-group and variable-length A, B, P and LA values (length 0: a length prefix per value); its images written out by hand (not by the project's encoder) in the mainframe form
+group and variable-length A, B, P and LA values (length 0: a length prefix per value); its
+images written out by hand (not by the project's encoder) in the mainframe form
 (EBCDIC text, UTF-16BE wide text, high-order first, IBM floats: URBTARC 2) and the Intel form
 (Latin-1, UTF-16LE, low-order first, IEEE floats: URBTARC 9), plus one of blanks and zeros.
 Landed by ``write_typed_tables`` twice over — a file with ``empty: keep`` and one with
