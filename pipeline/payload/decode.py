@@ -114,14 +114,13 @@ DECODERS: dict[str, Decoder] = {
 }
 
 
-def _value(raw: bytes, spec: FieldSpec, form: Form) -> object:
-    """One value's bytes decoded; a variable-length B value stays bytes, an empty variable
-    value (length prefix only) is the format's empty value."""
-    if spec.variable:
-        if spec.format == "B":
-            return bytes(raw)
-        if not raw:
-            return _decimal(False, "0", spec.scale) if spec.format in "PU" else ""
+def _variable_value(raw: bytes, spec: FieldSpec, form: Form) -> object:
+    """A variable-length value's bytes decoded: B stays bytes, no bytes (a length prefix that
+    counts only itself) is the format's empty value."""
+    if spec.format == "B":
+        return bytes(raw)
+    if not raw:
+        return _decimal(False, "0", spec.scale) if spec.format in "PU" else ""
     return DECODERS[spec.format](raw, spec, form)
 
 
@@ -179,12 +178,15 @@ class PayloadDecoder:
         label: str,
         counts: dict[str, int] | None = None,
     ) -> tuple[object, int]:
-        if spec.variable:
-            start, end = self._variable(spec, payload, offset, label)
+        if spec.length:  # fixed length (not the ``variable`` property: this is the hot path)
+            start = offset
+            end = self._take(spec.length, label, payload, offset)
+            decoder = DECODERS[spec.format]
         else:
-            start, end = offset, self._take(spec.length, label, payload, offset)
+            start, end = self._variable(spec, payload, offset, label)
+            decoder = _variable_value
         try:
-            value = _value(payload[start:end], spec, self.form)
+            value = decoder(payload[start:end], spec, self.form)
         except _Bad as bad:
             raise PayloadError(label, start + bad.at, bad.reason) from None
         except (UnicodeDecodeError, ValueError) as exc:
