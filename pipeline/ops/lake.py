@@ -8,7 +8,6 @@ reported as unreachable (wrong conf, or storage not mounted).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -17,35 +16,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from pipeline.config import Settings
 from pipeline.ops.errors import LakeUnreachable
-from pipeline.spark.tables import SCHEMAS, table_path
-
-_ARROW_TYPES: dict[str, pa.DataType] = {
-    "string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "boolean": pa.bool_(),
-    "binary": pa.binary(), "timestamp": pa.timestamp("us", tz="UTC"), "double": pa.float64(),
-}
-_COLUMN = re.compile(r"^\s*(\w+)\s+(\w+)(?:<(\w+)>)?\s*$")
-
-
-def arrow_schema(ddl: str) -> pa.Schema:
-    """A pyarrow schema from the flat Spark DDL strings of ``pipeline.spark.tables``
-    (scalar columns, and ``array<scalar>``)."""
-    fields = []
-    for part in ddl.split(","):
-        match = _COLUMN.match(part)
-        if not match:
-            raise ValueError(f"unsupported column definition {part!r}")
-        kind = _ARROW_TYPES[(match[3] or match[2]).lower()]
-        if match[3]:
-            if match[2].lower() != "array":
-                raise ValueError(f"unsupported column definition {part!r}")
-            kind = pa.list_(kind)
-        fields.append(pa.field(match[1], kind))
-    return pa.schema(fields)
-
-
-def job_table_schema(table: str) -> pa.Schema:
-    """The schema the job writes for ``table`` (its columns plus ``batch_id``)."""
-    return arrow_schema(f"{SCHEMAS[table]}, batch_id bigint")
+from pipeline.spark.tables import SCHEMAS, arrow_schema, table_path
 
 
 class Lake:
@@ -83,7 +54,7 @@ class Lake:
     def read(self, table: str, columns: Sequence[str] | None = None,
              schema: pa.Schema | None = None) -> pa.Table:
         """The table's rows (only ``columns``); an empty table when it does not exist yet."""
-        schema = schema or job_table_schema(table)
+        schema = schema or arrow_schema(table)
         try:
             # use_threads=False: pyarrow's scan threads racing interpreter exit abort the
             # process now and then ("terminate called without an active exception",

@@ -84,11 +84,10 @@ def latency_breakdown(rows: Iterable[Any]) -> dict[str, dict[str, float]]:
                                  for row in rows])
 
 
-def latency_breakdown_us(times: Iterable[Sequence[int | None]],
-                         points: Sequence[str] = TIME_POINTS) -> dict[str, dict[str, float]]:
+def latency_breakdown_us(times: Iterable[Sequence[int | None]]) -> dict[str, dict[str, float]]:
     """:func:`latency_breakdown` of time stamps in Unix microseconds (None: not set), one
-    sequence per transaction in ``points`` order: what the sink has, no datetimes built."""
-    index = {name: i for i, name in enumerate(points)}
+    sequence per transaction in ``TIME_POINTS`` order: what the sink has, no datetimes built."""
+    index = {name: i for i, name in enumerate(TIME_POINTS)}
     legs = [(leg, index[start], index[end]) for leg, (start, end) in LEGS.items()]
     samples: dict[str, list[float]] = {leg: [] for leg in LEGS}
     for row in times:

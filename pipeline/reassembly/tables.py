@@ -43,19 +43,22 @@ from pipeline.reassembly.events import (
     GapOpened,
     GapRequested,
     GapUnrecoverable,
+    ImageOut,
     Inconsistent,
     InitialStateChanged,
     InitialStateRequested,
     LayoutReceived,
     LayoutRejected,
     LostContinuation,
+    RecordOut,
     StatusReceived,
     TransactionComplete,
 )
+from pipeline.urb import stck
 
 TABLES = ("transactions", "records", "images", "status_events", "gaps", "alerts", "requests",
           "quarantine", "duplicates", "layouts")
-TOD_EPOCH = datetime(1900, 1, 1, tzinfo=UTC)
+TOD_EPOCH = stck.TOD_EPOCH
 UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 ALERT_STATUSES = frozenset({"LOST", "DEAC"})
 GAP_STATES = {GapOpened: "open", GapRequested: "requested", GapFilled: "filled",
@@ -83,7 +86,6 @@ IMAGE_COLUMNS = ("subscription", "destination", "epoch", "tsnr", "rsnr", "dsnr",
                  "payload", "acode", "wcode", "arc")
 TIME_COLUMNS = {"transactions": ("commit_time", "processed_time", "sent_time", "landed_at"),
                 "records": ("record_time",), "images": ()}
-_TOD_TO_UNIX_US = (UNIX_EPOCH - TOD_EPOCH) // timedelta(microseconds=1)
 
 
 def stck_to_datetime(value: int | None) -> datetime | None:
@@ -95,7 +97,7 @@ def stck_to_datetime(value: int | None) -> datetime | None:
 
 def stck_to_unix_us(value: int | None) -> int | None:
     """STCK (TOD clock) → Unix microseconds; 0/None means the field was not set."""
-    return (value >> 12) - _TOD_TO_UNIX_US if value else None
+    return stck.stck_to_unix_us(value) if value else None
 
 
 def ms_to_datetime(ms: int) -> datetime:
@@ -145,22 +147,16 @@ def transaction_columns(events: Iterable[TransactionComplete], now_ms: int) -> C
                    len(e.images), landed_us))
         if e.records:
             _extend(rec, RECORD_COLUMNS[:4], names, len(e.records))
-            rsnr, fnr, isn, typ, resend, rsp, subcode, rtime, dcnt, errc = zip(
-                *e.records, strict=True)
-            for name, values in (("rsnr", rsnr), ("fnr", fnr), ("isn", isn), ("type", typ),
-                                 ("resend", resend), ("rsp", rsp), ("subcode", subcode),
-                                 ("dcnt", dcnt), ("errc", errc)):
-                rec[name].extend(values)
-            rec["record_time"].extend(stck_to_unix_us(t) for t in rtime)
+            for name, values in zip(RecordOut._fields, zip(*e.records, strict=True),
+                                    strict=True):  # by field name: a reorder cannot misplace
+                rec[name].extend(map(stck_to_unix_us, values) if name == "record_time"
+                                 else values)
         if e.images:
-            n = len(e.images)
             _extend(img, (*IMAGE_COLUMNS[:4], "acode", "wcode", "arc"),
-                    (*names, e.acode, e.wcode, e.arc), n)
-            rsnr, dsnr, typ, payload = zip(*e.images, strict=True)
-            img["rsnr"].extend(rsnr)
-            img["dsnr"].extend(dsnr)
-            img["image_type"].extend(typ)
-            img["payload"].extend(payload)
+                    (*names, e.acode, e.wcode, e.arc), len(e.images))
+            for name, values in zip(ImageOut._fields, zip(*e.images, strict=True),
+                                    strict=True):
+                img[name].extend(values)
     columns = [list(c) for c in zip(*tx, strict=True)] if tx else [[] for _ in TRANSACTION_COLUMNS]
     return {"transactions": dict(zip(TRANSACTION_COLUMNS, columns, strict=True)),
             "records": rec, "images": img}

@@ -56,10 +56,11 @@ class DeltaCommitter:
         """Commit ``files`` (relative to ``path``) as ``batch_id``; False if it had landed."""
         landed = ledger.landed(path, batch_id)
         jvm = self._jvm
-        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
-            self._spark._jsparkSession, path)
-        txn = delta_log.startTransaction()
-        if landed or (landed is None and txn.txnVersion(app_id) >= batch_id):
+        txn = None
+        if not landed:  # the ledger's answer first: a replay it knows needs no transaction
+            txn = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+                self._spark._jsparkSession, path).startTransaction()
+        if txn is None or (landed is None and txn.txnVersion(app_id) >= batch_id):
             log.info("batch %s already in %s: skipped", batch_id, path)
             self._delete(path, (f["path"] for f in files))
             return False

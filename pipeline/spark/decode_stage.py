@@ -34,7 +34,6 @@ from pipeline.payload.gfft import gfft_fields
 from pipeline.reassembly.rows import ElementRow
 from pipeline.spark.gcpause import gc_paused
 from pipeline.urb import UrbFormatError, decode_message
-from pipeline.urb.layouts import ELEMENT_TABLES
 from pipeline.urb.scan import scan_message
 
 ERROR_EYE = "!ERR"
@@ -63,16 +62,6 @@ def spark_ddl() -> str:
     return ", ".join(f"`{n}` {s}" for n, _, s in _COLUMNS)
 
 
-def _names(eye: str) -> frozenset[str]:
-    """An element's DSECT field names, fillers left out."""
-    return frozenset(name for _off, name, typ, _len in ELEMENT_TABLES[eye] if typ != "F")
-
-
-_FIELD_NAMES: Mapping[str, frozenset[str]] = {eye: _names(eye) for eye in STRUCT_EYES}
-#: Elements the machine reads by field name only (``ElementRow.num/char``) and never copies
-#: out: their decoded dict is handed over as it is (fillers included), which saves a filtered
-#: copy per element — there are ~40 per message, most of them URBR/URBD.
-_PASS_FIELDS = frozenset({"URBT", "URBR", "URBD", "URBE", "URBC"})
 
 
 def _subscription_of(elements: list[Any], kafka_key: bytes | None) -> str:
@@ -140,24 +129,15 @@ class RecordDecoder:
                 zip(msg.elements, self._keys(destination, msg.elements, key), strict=True)):
             if el_key != wanted:
                 continue
-            eye = el.eye
-            if eye in _PASS_FIELDS:  # read by name only: the decoder's dict as it is
-                out.append(ElementRow(topic, partition, offset, index, msnr, htime, eye,
-                                      el.fields, el.payload if eye == "URBD" else None))
-                continue
-            data = None
-            if eye == "URBS":  # lands in status_events.fields_json: DSECT fields that are set
-                names = _FIELD_NAMES["URBS"]
-                fields = {k: v for k, v in el.fields.items() if v is not None and k in names}
+            # the decoder's field dict as it is: its builders emit exactly the DSECT fields,
+            # fillers left out (a URBS lands in status_events.fields_json from it)
+            eye, fields, data = el.eye, el.fields if el.eye in STRUCT_EYES else {}, None
+            if eye == "URBS":
                 data = el.data or None
             elif eye == "URBF":  # a GFFT: its URBGs as data, its bytes for the layouts table
                 fields, data = gfft_fields(el), value[el.offset:el.offset + (el.urbflen or 0)]
-            else:
-                names = _FIELD_NAMES.get(eye)
-                fields = ({k: v for k, v in el.fields.items() if v is not None and k in names}
-                          if names is not None else {})
             out.append(ElementRow(topic, partition, offset, index, msnr, htime, eye, fields,
-                                  None, data, msg.big_endian))
+                                  el.payload if eye == "URBD" else None, data, msg.big_endian))
         return out, (list(msg.warnings) if part == 0 else [])
 
     def _keys(self, destination: str, elements: list[Any], kafka_key: bytes | None

@@ -79,14 +79,18 @@ class Outcome:
     stale: str | None = None
 
 
+def config_targets(settings: Settings) -> list[Target]:
+    """The configured layouts as lifecycle targets."""
+    return [Target(lay.subscription, lay.dbid, lay.fnr) for lay in settings.layouts]
+
+
 def apply_lifecycle(spark: SparkSession, batch: DataFrame, batch_id: int, settings: Settings,
                     app_id: str) -> dict[str, int]:
     """Replay the batch's lifecycle statuses on the typed tables; rows written per table."""
     rows = _status_rows(batch, batch_id)
     if not rows:
         return {}
-    layouts = [Target(lay.subscription, lay.dbid, lay.fnr, lay.layout_conf())
-               for lay in settings.layouts]
+    layouts = config_targets(settings)
     events = [e for row in rows if (e := interpret(row, _big_endian(settings, row))) is not None]
     if not events:  # only statuses without a lifecycle meaning (C5 user data, SUBS …)
         return {}

@@ -44,6 +44,7 @@ from pipeline.payload import FieldSpec, GroupSpec, RecordLayout
 from pipeline.spark.lifecycle import (
     Outcome,
     append_rows,
+    config_targets,
     event_row,
     label_tables,
     previous_status,
@@ -143,11 +144,6 @@ def _apply(spark: SparkSession, settings: Settings, lay: Layout, table: str, pla
 
 
 # ------------------------------------------------------------------------- layout stale kind
-def _targets(settings: Settings) -> list[Target]:
-    return [Target(lay.subscription, lay.dbid, lay.fnr, lay.layout_conf())
-            for lay in settings.layouts]
-
-
 def _clear_at_start(spark: SparkSession, settings: Settings, now: datetime) -> list[str]:
     from pipeline.spark.stream_layouts import current_layouts
 
@@ -156,7 +152,7 @@ def _clear_at_start(spark: SparkSession, settings: Settings, now: datetime) -> l
         return []
     layouts = {s: lay for s, (lay, _) in current_layouts(spark, settings).items()}
     cleared = covered_files(spark, settings, layouts, previous, None, st="CONF", at=now)
-    targets = _targets(settings)
+    targets = config_targets(settings)
     for status, event in cleared:
         owner = f"{START_RUN}-{status.dbid}-{status.fnr}"
         append_rows(spark, [status_row(status, event, START_RUN, 0)], "file_status",
@@ -182,7 +178,7 @@ def versions_arrived(spark: SparkSession, settings: Settings,
     cleared = covered_files(spark, settings, layouts, previous, files, st="GFFT")
     if not cleared:
         return []
-    targets = _targets(settings)
+    targets = config_targets(settings)
     append_rows(spark, [status_row(s, e, run_id, i) for i, (s, e) in enumerate(cleared)],
                 "file_status", settings, run_id, batch_id)
     label_tables(spark, settings, [s for s, _ in cleared], targets)

@@ -186,11 +186,8 @@ def batch_writer(settings: Settings, app_id: str, on_batch: BatchCallback | None
         batch = batch.persist()
         try:
             rows, stats, files = _count_tables(batch)
-            if direct:  # the bulk tables' JSON rows are mirrors for later stages, not landed
-                files = files or []
-                counts = {t: n for t, n in rows.items() if t not in DIRECT_TABLES}
-            else:
-                files, counts = None, dict(rows)
+            # with the direct writer the bulk tables' JSON rows are mirrors for later stages
+            counts = {t: n for t, n in rows.items() if not (direct and t in DIRECT_TABLES)}
             counts["bytes"] = sum(int(row["bytes"]) for row in stats)
             open_gaps.update({(row["destination"], row["subscription"]): int(row["open_gaps"])
                               for row in stats})
@@ -249,18 +246,18 @@ def latency_times(stats: list[dict[str, Any]]) -> list[tuple[int | None, ...]]:
 
 
 def _land_tables(settings: Settings, batch: DataFrame, batch_id: int, app_id: str,
-                 counts: dict[str, int], files: list[dict[str, Any]] | None,
+                 counts: dict[str, int], files: list[dict[str, Any]],
                  ledger: CommitLedger) -> dict[str, int]:
     """Every table's rows of the batch into Delta, exactly once; rows landed per direct table.
 
     The tables are independent Delta logs: they commit concurrently, which hides most of the
-    per-commit latency. The direct writer's files (``files``; None when Spark appends every
+    per-commit latency. The direct writer's files (``files``; none when Spark appends every
     table) are committed by the driver; the other tables' JSON rows are appended by Spark
     (each its own Spark job).
     """
     session = batch.sparkSession
     by_table: dict[str, list[dict[str, Any]]] = {}
-    for file in files or []:
+    for file in files:
         by_table.setdefault(file["table"], []).append(file)
     committer = DeltaCommitter(session)
     with ThreadPoolExecutor(max_workers=_WRITERS) as pool:
@@ -284,9 +281,9 @@ def _in_batch(session: Any, batch_id: int, fn: Callable[..., None], *args: Any) 
 
 
 def _count_tables(batch: DataFrame
-                  ) -> tuple[dict[str, int], list[dict[str, Any]], list[dict[str, Any]] | None]:
+                  ) -> tuple[dict[str, int], list[dict[str, Any]], list[dict[str, Any]]]:
     """Rows per table, the state calls' metrics rows (``STATS_TABLE``) and the direct
-    writer's file descriptions (``FILES_TABLE``; None when the batch has none), in one job."""
+    writer's file descriptions (``FILES_TABLE``), in one job."""
     from pyspark.sql import functions as F
 
     small = F.col("table").isin(STATS_TABLE, FILES_TABLE)
@@ -298,7 +295,7 @@ def _count_tables(batch: DataFrame
               if r["table"] not in (STATS_TABLE, FILES_TABLE)}
     found = {r["table"]: [json.loads(j) for j in r["small"]] for r in rows
              if r["table"] in (STATS_TABLE, FILES_TABLE)}
-    return counts, found.get(STATS_TABLE, []), found.get(FILES_TABLE)
+    return counts, found.get(STATS_TABLE, []), found.get(FILES_TABLE, [])
 
 
 def _collect(batch: DataFrame, table: str) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -25,11 +25,10 @@ from pipeline.reassembly import KeyState, ReassemblyConfig, step
 from pipeline.reassembly.events import TransactionComplete
 from pipeline.reassembly.rows import ElementRow
 from pipeline.reassembly.tables import (
-    UNIX_EPOCH,
     events_to_rows,
     events_to_tables,
     ms_to_datetime,
-    stck_to_datetime,
+    stck_to_unix_us,
 )
 from pipeline.spark.datafiles import DataFiles, task_batch_id
 from pipeline.spark.decode_stage import ERROR_EYE, WARNING_EYE, RecordDecoder
@@ -122,18 +121,14 @@ def to_output(tables: dict[str, list[dict[str, Any]]]) -> pd.DataFrame:
                          "blob": pd.Series(out_blob, dtype=object)})
 
 
-def _unix_us(stck: int | None) -> int | None:
-    moment = stck_to_datetime(stck)
-    return None if moment is None else (moment - UNIX_EPOCH) // timedelta(microseconds=1)
-
-
 def key_stats(key: tuple[str, str], frames: list[pd.DataFrame], state: KeyState | None,
               events: list[Any] = ()) -> dict[str, Any]:
     """The metrics row of one call: input bytes (each record once), the key's open gaps, and
     each landed transaction's commit/processed/sent times (Unix µs) for the latency legs, so
     the sink needs no extra Spark job to read them back."""
     nbytes = sum(int(f.loc[f["part"] == 0, "value"].map(len).sum()) for f in frames if len(f))
-    times = [[_unix_us(e.commit_time), _unix_us(e.processed_time), _unix_us(e.sent_time)]
+    times = [[stck_to_unix_us(e.commit_time), stck_to_unix_us(e.processed_time),
+              stck_to_unix_us(e.sent_time)]
              for e in events if isinstance(e, TransactionComplete)]
     return {"destination": key[-2], "subscription": key[-1], "bytes": nbytes,
             "open_gaps": len(state.gaps) if state is not None else 0, "times_us": times}

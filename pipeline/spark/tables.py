@@ -11,6 +11,8 @@ catalog schema (``stream.catalog_schema``).
 
 from __future__ import annotations
 
+import re
+from functools import cache
 from typing import TYPE_CHECKING
 
 from pipeline.config import Settings
@@ -104,21 +106,33 @@ def json_schema(table: str) -> str:
     return ", ".join(c for c in cols if not blob or not c.startswith(f"{blob} "))
 
 
-def columns(table: str) -> list[tuple[str, str]]:
-    """(name, Spark SQL type) of every column a landed row has, ``batch_id`` last."""
-    pairs = [c.strip().split(" ", 1) for c in SCHEMAS[table].split(",")]
-    return [(name, typ.strip()) for name, typ in pairs] + [("batch_id", "bigint")]
+_COLUMN = re.compile(r"^\s*(\w+)\s+(\w+)(?:<(\w+)>)?\s*$")
 
 
-def arrow_schema(table: str) -> pa.Schema:
-    """The table's schema for pyarrow, column for column what Spark declares (the direct
-    writer's Parquet files must read back exactly like Spark's own)."""
-    import pyarrow as pa
+def ddl_arrow_schema(ddl: str) -> pa.Schema:
+    """A pyarrow schema from a flat Spark DDL string like those of :data:`SCHEMAS` (scalar
+    columns and ``array<scalar>``), column for column what Spark declares: the direct writer's
+    Parquet files must read back exactly like Spark's own, and the CLI writes ops tables."""
+    import pyarrow as pa  # not at module level: the Spark driver imports this module too
 
     types = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(),
-             "boolean": pa.bool_(), "timestamp": pa.timestamp("us", tz="UTC"),
-             "binary": pa.binary(), "array<bigint>": pa.list_(pa.int64())}
-    return pa.schema([(name, types[typ]) for name, typ in columns(table)])
+             "boolean": pa.bool_(), "binary": pa.binary(), "double": pa.float64(),
+             "timestamp": pa.timestamp("us", tz="UTC")}
+    fields = []
+    for part in ddl.split(","):
+        match = _COLUMN.match(part)
+        if not match or (match[3] and match[2].lower() != "array"):
+            raise ValueError(f"unsupported column definition {part!r}")
+        kind = types[(match[3] or match[2]).lower()]
+        fields.append(pa.field(match[1], pa.list_(kind) if match[3] else kind))
+    return pa.schema(fields)
+
+
+@cache
+def arrow_schema(table: str) -> pa.Schema:
+    """The schema the job writes for ``table``: its columns plus ``batch_id`` (built once per
+    process: the direct writer asks for it on every state call)."""
+    return ddl_arrow_schema(f"{SCHEMAS[table]}, batch_id bigint")
 
 
 def table_path(settings: Settings, table: str) -> str:

@@ -30,21 +30,14 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from pipeline.payload import Filler, RecordLayout, spark_ddl
 from pipeline.payload.layout import LayoutKey
 from pipeline.reassembly.tables import stck_to_datetime
 from pipeline.typed.widening import fits, normal_type, split_top, widen_steps
+from pipeline.urb.stck import stck_to_unix_us
 
-TOD_UNIX_US = int((datetime(1970, 1, 1, tzinfo=UTC) - datetime(1900, 1, 1, tzinfo=UTC))
-                  .total_seconds()) * 1_000_000
 _IDENTIFIER = re.compile(r"^[a-z][a-z0-9_]*$")
-
-
-def stck_to_unix_us(stck: int) -> int:
-    """A STCK (TOD clock, bit 51 = 1 µs) as µs since 1970: comparable with Spark timestamps."""
-    return (stck >> 12) - TOD_UNIX_US
 
 
 def column_types(layout: RecordLayout) -> dict[str, str]:

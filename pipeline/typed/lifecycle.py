@@ -269,7 +269,6 @@ class Target:
     subscription: str
     dbid: int
     fnr: int
-    layout_conf: Mapping[str, Any]
 
     @property
     def suffix(self) -> str:

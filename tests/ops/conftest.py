@@ -14,8 +14,7 @@ import pytest
 from deltalake import write_deltalake
 
 from pipeline.config import Settings, load_settings
-from pipeline.ops.lake import job_table_schema
-from pipeline.spark.tables import table_path
+from pipeline.spark.tables import arrow_schema, table_path
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 CONF = """
@@ -60,7 +59,7 @@ def write_table(ops_settings: Settings) -> WriteTable:
     """Append rows (missing columns are null) to one of the job's tables."""
 
     def write(table: str, rows: list[dict[str, Any]]) -> None:
-        schema = job_table_schema(table)
+        schema = arrow_schema(table)
         full = [{name: row.get(name) for name in schema.names} for row in rows]
         write_deltalake(table_path(ops_settings, table), pa.Table.from_pylist(full, schema=schema),
                         mode="append")

@@ -14,10 +14,9 @@ from deltalake import write_deltalake
 from pipeline.config import Settings
 from pipeline.ops.cli import main
 from pipeline.ops.initial_state_cmd import current_requests
-from pipeline.ops.lake import job_table_schema
 from pipeline.reassembly.events import InitialStateChanged, InitialStateRequested
 from pipeline.reassembly.tables import events_to_rows
-from pipeline.spark.tables import table_path
+from pipeline.spark.tables import arrow_schema, table_path
 from tests.ops.conftest import T0, WriteTable
 
 T0_MS = int(T0.timestamp() * 1000)
@@ -113,7 +112,7 @@ def test_a_requests_table_from_before_inst_requests_still_lists(
         conf_file: Path, ops_settings: Settings, write_table: WriteTable,
         capsys: pytest.CaptureFixture[str]) -> None:
     """A lake written by an older job: ``requests`` without the INST columns."""
-    old = pa.schema([f for f in job_table_schema("requests")
+    old = pa.schema([f for f in arrow_schema("requests")
                      if f.name not in ("kind", "initial_state", "dbid", "fnr", "isns",
                                        "request_id")])
     row = {"subscription": "COLOR", "destination": "OUT1", "epoch": 1, "tsnr": 3, "attempt": 1}

@@ -10,8 +10,8 @@ import pytest
 from pipeline.config import Settings
 from pipeline.ops.checkpoint import parse_offsets_file, processed_offsets
 from pipeline.ops.errors import LakeUnreachable
-from pipeline.ops.lake import Lake, arrow_schema, job_table_schema
-from pipeline.spark.tables import SCHEMAS
+from pipeline.ops.lake import Lake
+from pipeline.spark.tables import SCHEMAS, arrow_schema, ddl_arrow_schema
 from tests.ops.conftest import WriteTable, transaction
 
 # What Spark 4 writes to <checkpoint>/offsets/<batchId> for one Kafka source.
@@ -36,14 +36,14 @@ def write_checkpoint(root: Path, batches: dict[int, dict], committed: set[int]) 
 
 def test_every_job_schema_converts_to_arrow() -> None:
     for table in SCHEMAS:
-        schema = job_table_schema(table)
+        schema = arrow_schema(table)
         assert schema.names[-1] == "batch_id"
         assert len(schema) == len(SCHEMAS[table].split(",")) + 1
 
 
 def test_unknown_column_type_is_refused() -> None:
     with pytest.raises(KeyError):
-        arrow_schema("a decimal, b int")
+        ddl_arrow_schema("a decimal, b int")
 
 
 def test_missing_table_reads_empty_and_empty_lake_is_unreachable(

@@ -22,7 +22,7 @@ from pipeline.spark.sinks import table_frame
 from pipeline.spark.state_stage import OUTPUT_DDL, to_output
 from pipeline.spark.tables import ensure_tables, table_path
 from pipeline.spark.typed import write_typed_tables
-from pipeline.typed.layouts import TOD_UNIX_US
+from pipeline.urb.stck import TOD_UNIX_US
 
 T0 = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 APP = "gfft-test"

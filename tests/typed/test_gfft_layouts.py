@@ -10,7 +10,8 @@ import pandas as pd
 from pipeline.config import TYPED_KEY_COLUMNS
 from pipeline.payload import LayoutKey, RecordLayout, encode_payload, parse_format_buffer
 from pipeline.typed.decoding import ERROR_COLUMN, VersionedSpec, decode_rows
-from pipeline.typed.layouts import FileLayouts, plan_columns, stck_to_unix_us
+from pipeline.typed.layouts import FileLayouts, plan_columns
+from pipeline.urb.stck import stck_to_unix_us
 
 T0 = 0xDD00000000000000  # a STCK in 2023
 US = 1 << 12  # one microsecond in STCK units

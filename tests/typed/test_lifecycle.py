@@ -163,8 +163,7 @@ def test_numeric_details_round_trip_in_both_byte_orders(typ, value, form) -> Non
 
 
 # ------------------------------------------------------------------ targets
-LAYOUTS = [Target("COLOR", 10006, 4, {}), Target("EMPLOYEE", 10006, 11, {}),
-           Target("ORDERS", 12, 4, {})]
+LAYOUTS = [Target("COLOR", 10006, 4), Target("EMPLOYEE", 10006, 11), Target("ORDERS", 12, 4)]
 
 
 def test_targets_match_database_file_and_subscription() -> None:
