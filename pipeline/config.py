@@ -142,6 +142,27 @@ class Replicator(_Model):
     ebcdic: bool = True
     big_endian: bool = True
     codepage: Literal["cp037", "cp500", "cp273", "cp1140", "cp1047"] = "cp037"
+    # The replicator's STCK times are "machine time" (seed 001, "About Output Message Time
+    # Stamps"): the TOD clock may include leap seconds and may be set to local time. Every
+    # time column, metric and evidence comparison subtracts both (pipeline/urb/stck.py).
+    tod_leap_seconds: int = Field(0, ge=0, le=100)
+    tod_utc_offset: str = "+00:00"
+
+    @field_validator("tod_utc_offset")
+    @classmethod
+    def _utc_offset(cls, value: str) -> str:
+        if not re.match(r"^[+-](0\d|1[0-4]):[0-5]\d$", value.strip()):
+            raise ValueError("must look like '+01:00' or '-05:00' (the TOD clock's offset "
+                             "from UTC)")
+        return value.strip()
+
+    @property
+    def tod_offset_us(self) -> int:
+        """Microseconds to subtract from a STCK time to get UTC: leap seconds and offset."""
+        sign = -1 if self.tod_utc_offset.startswith("-") else 1
+        hours, minutes = self.tod_utc_offset[1:].split(":")
+        offset_s = sign * (int(hours) * 3600 + int(minutes) * 60)
+        return (self.tod_leap_seconds + offset_s) * 1_000_000
 
     @field_validator("reply_destination")
     @classmethod
