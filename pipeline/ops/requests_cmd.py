@@ -108,7 +108,7 @@ def build_request(kind: str, args: Any, settings: Settings, token: str,
             return Request(rt, args.subscription or args.destination or "", value, token)
         if kind == "inst":
             isns = parse_isns(args.isns) if args.isns else None
-            value = urb_requests.inst(args.name, args.dbid, args.fnr, isns=isns,
+            value = urb_requests.inst_file(args.name, args.dbid, args.fnr, isns=isns,
                                       selection=args.selection, **common)
             return Request(rt, args.name, value, token)
         value = (urb_requests.open_destination if kind == "open"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Literal
 
 REPLICATOR_RSP = 131
 
@@ -153,6 +154,35 @@ RESPONSES: Mapping[int, str] = MappingProxyType(
         148: "Database (nucleus) not active",
     }
 )
+
+
+#: What a TRAN reply (URBS TRAN/TRSP, response 131) means for the tsnr it names. Seed 000
+#: routes subcodes 34, 35, 37 and 39-43 to the request's destination as well: they are
+#: about the request or the transaction, not a passing state of the replicator.
+#: - settle: this transaction cannot be resent (34: the subscription has no resend buffer;
+#:   35: not, or no longer, in the circular resend buffer — newer ones may still be there;
+#:   37: what the buffer holds for it is unusable);
+#: - park: 36, the subscription is not active: it may be resent after a reactivation;
+#: - fatal: the request itself is wrong (unknown or unrelated subscription/destination,
+#:   fields a TRAN must not carry, no active destination): asking again cannot help;
+#: - retry: anything else (e.g. a space shortage) may pass.
+TRAN_SETTLE: frozenset[int] = frozenset({34, 35, 37})
+TRAN_PARK: frozenset[int] = frozenset({36})
+TRAN_FATAL: frozenset[int] = frozenset({31, 32, 33, 38, 39, 40, 41, 42, 43})
+TranAction = Literal["ok", "settle", "fatal", "park", "retry"]
+
+
+def tran_reply_action(rsp: int, subc: int) -> TranAction:
+    """What the job does with the tsnr a TRSP names (see ``TRAN_SETTLE`` and friends)."""
+    if rsp == 0:
+        return "ok"
+    if rsp != REPLICATOR_RSP:
+        return "retry"
+    if subc in TRAN_SETTLE:
+        return "settle"
+    if subc in TRAN_PARK:
+        return "park"
+    return "fatal" if subc in TRAN_FATAL else "retry"
 
 
 def describe_status(rt: str, st: str) -> str:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import struct
-from collections.abc import Iterable
-from typing import TypedDict, Unpack
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple, TypedDict, Unpack
 
 from .codepages import ASCII_CODEC, check_codepage
 from .element import Element
@@ -51,6 +51,10 @@ class Form(TypedDict, total=False):
 
 
 def _message(urbi: Element, form: Form) -> bytes:
+    return _message_of([urbi], form)
+
+
+def _message_of(urbis: list[Element], form: Form) -> bytes:
     header = make_element(
         "URBH",
         urbhname=_name("sender", form.get("sender", "")),
@@ -59,7 +63,7 @@ def _message(urbi: Element, form: Form) -> bytes:
     )
     return encode_message(
         header,
-        [urbi],
+        urbis,
         ebcdic=form.get("ebcdic", True),
         big_endian=form.get("big_endian", True),
         codepage=form.get("codepage", "cp037"),
@@ -200,7 +204,92 @@ def encode_isn_list(isns: Iterable[IsnItem], *, big_endian: bool = True) -> byte
     return struct.pack(f"{'>' if big_endian else '<'}{len(words)}I", *words)
 
 
+class FileSelection(NamedTuple):
+    """One file of an initial-state request: the whole file (no ``isns``, no ``selection``),
+    an ISN list (ints and (start, end) ranges), or selection data (bytes as they go on the
+    wire, or str encoded in the message's code page, described by ``acod``/``wcod``/``arc``)."""
+
+    dbid: int
+    fnr: int
+    isns: Sequence[IsnItem] | None = None
+    selection: bytes | str | None = None
+    acod: int = 0
+    wcod: int = 0
+    arc: int = 0
+
+
+#: The ISN list of a file of an ISN-list definition with nothing to refresh in this request:
+#: a multi-file definition needs a URBI for every file (seed 000), an empty list is refused
+#: (131/19), and a range selects only existing ISNs ("Only existent ISNs will be returned for
+#: the ISN range"; a range may start and end on one ISN): X'FFFFFFFE' is never a real one.
+EMPTY_ISN_SELECTION: tuple[IsnItem, ...] = ((MAX_ISN, MAX_ISN),)
+
+
 def inst(
+    inam: str,
+    files: Sequence[FileSelection],
+    *,
+    rnam: str = "",
+    rtok: str = "",
+    **form: Unpack[Form],
+) -> bytes:
+    """Initial-state request: one message with a URBI per file of the definition.
+
+    Seed 000: "If the initial-state definition includes more than one file-database ID
+    definition for the request, the initial-state request must contain a URBI for each
+    file", every URBI naming the same definition (else 131/11) and token (else 131/18) —
+    both given once here, so they cannot differ.
+    """
+    if not inam:
+        raise ValueError("INST needs the initial-state name (URBIINAM)")
+    if not files:
+        raise ValueError("INST needs at least one file")
+    seen = [(f.dbid, f.fnr) for f in files]
+    if len(set(seen)) != len(seen):
+        raise ValueError(f"INST names a file twice: {seen}")
+    urbis = [_inst_urbi(inam, f, rnam, rtok, form) for f in files]
+    return _message_of(urbis, form)
+
+
+def _inst_urbi(inam: str, f: FileSelection, rnam: str, rtok: str, form: Form) -> Element:
+    """One file's URBI: URBILEND is the ISN list's or selection's length, 0 for all."""
+    if not 0 < f.dbid <= 0xFFFF or not 0 < f.fnr <= 0xFFFF:
+        raise ValueError(f"INST needs DBID and FNR 1..65535, got {f.dbid}/{f.fnr}")
+    if f.isns is not None and f.selection is not None:
+        raise ValueError("INST takes an ISN list or selection data, not both")
+    if f.selection is None and (f.acod or f.wcod or f.arc):
+        raise ValueError(
+            "URBIACOD/URBIWCOD/URBIARC describe selection data and must be zero without it"
+        )
+    data = b""
+    if f.isns is not None:
+        data = encode_isn_list(f.isns, big_endian=form.get("big_endian", True))
+        if not data:
+            raise ValueError("INST ISN list is empty")
+    elif f.selection is not None:
+        ebcdic = form.get("ebcdic", True)
+        codec = check_codepage(form.get("codepage", "cp037")) if ebcdic else ASCII_CODEC
+        data = f.selection.encode(codec) if isinstance(f.selection, str) else bytes(f.selection)
+        if not data:
+            raise ValueError("INST selection data is empty")
+    size = BIG["URBI"].size
+    return make_element(
+        "URBI",
+        urbirt="INST",
+        urbiinam=_name("inam", inam),
+        urbidbid=f.dbid,
+        urbifnr=f.fnr,
+        urbirnam=_name("rnam", rnam),
+        urbirtok=_name("rtok", rtok),
+        urbiacod=f.acod,
+        urbiwcod=f.wcod,
+        urbiarc=f.arc,
+        data=data,
+        urbilen=(size + len(data) + ALIGN - 1) // ALIGN * ALIGN,
+    )
+
+
+def inst_file(
     inam: str,
     dbid: int,
     fnr: int,
@@ -214,47 +303,8 @@ def inst(
     arc: int = 0,
     **form: Unpack[Form],
 ) -> bytes:
-    """Initial-state request for one file of an initial-state definition.
-
-    Without ``isns`` or ``selection`` the whole file is selected (URBILEND=0).  ``isns`` is an
-    ISN list (ints and (start, end) ranges), validated before sending.  ``selection`` is the
-    selection data (bytes as they go on the wire, or str encoded in the message's code page);
-    ``acod``/``wcod``/``arc`` describe its encoding and are only allowed with it.
-    """
-    if not inam:
-        raise ValueError("INST needs the initial-state name (URBIINAM)")
-    if not 0 < dbid <= 0xFFFF or not 0 < fnr <= 0xFFFF:
-        raise ValueError(f"INST needs DBID and FNR 1..65535, got {dbid}/{fnr}")
-    if isns is not None and selection is not None:
-        raise ValueError("INST takes an ISN list or selection data, not both")
-    if selection is None and (acod or wcod or arc):
-        raise ValueError(
-            "URBIACOD/URBIWCOD/URBIARC describe selection data and must be zero without it"
-        )
-    data = b""
-    if isns is not None:
-        data = encode_isn_list(isns, big_endian=form.get("big_endian", True))
-        if not data:
-            raise ValueError("INST ISN list is empty")
-    elif selection is not None:
-        ebcdic = form.get("ebcdic", True)
-        codec = check_codepage(form.get("codepage", "cp037")) if ebcdic else ASCII_CODEC
-        data = selection.encode(codec) if isinstance(selection, str) else bytes(selection)
-        if not data:
-            raise ValueError("INST selection data is empty")
-    size = BIG["URBI"].size
-    urbi = make_element(
-        "URBI",
-        urbirt="INST",
-        urbiinam=_name("inam", inam),
-        urbidbid=dbid,
-        urbifnr=fnr,
-        urbirnam=_name("rnam", rnam),
-        urbirtok=_name("rtok", rtok),
-        urbiacod=acod,
-        urbiwcod=wcod,
-        urbiarc=arc,
-        data=data,
-        urbilen=(size + len(data) + ALIGN - 1) // ALIGN * ALIGN,
-    )
-    return _message(urbi, form)
+    """The request of a single-file definition (:func:`inst` with one file): the whole
+    file without ``isns`` or ``selection``."""
+    one = FileSelection(dbid, fnr, None if isns is None else list(isns), selection, acod, wcod,
+                        arc)
+    return inst(inam, [one], rnam=rnam, rtok=rtok, **form)

@@ -16,6 +16,7 @@ accept.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NamedTuple, NoReturn
@@ -29,7 +30,7 @@ from .layouts import _STRIP, ELEMENT_TABLES
 ROUTING_FIELDS: Mapping[str, frozenset[str]] = MappingProxyType({
     "URBT": frozenset({"urbtsnam"}), "URBC": frozenset({"urbcsnam"}),
     "URBE": frozenset({"urbesnam"}),
-    "URBS": frozenset({"urbsrt", "urbsrtok", "urbsinam", "urbssnam", "urbsdnam"}),
+    "URBS": frozenset({"urbsrt", "urbsst", "urbsrtok", "urbsinam", "urbssnam", "urbsdnam"}),
 })
 _SPECS: Mapping[str, tuple[tuple[str, int, int], ...]] = MappingProxyType({
     eye: tuple((name, off, length) for off, name, _typ, length in ELEMENT_TABLES[eye]
@@ -44,11 +45,33 @@ _EYES: Mapping[bool, Mapping[bytes, str]] = MappingProxyType({
     for ebcdic in (True, False)})
 
 
+#: Binary fields that route an element: a GFFT (URBF) that no data element of its message
+#: names a subscription for goes to the subscriptions covering its database and file.
+BINARY_ROUTING_FIELDS: Mapping[str, frozenset[str]] = MappingProxyType({
+    "URBF": frozenset({"urbfdbid", "urbffnr"})})
+_BINARY_SPECS: Mapping[str, tuple[tuple[str, int, int], ...]] = MappingProxyType({
+    eye: tuple((name, off, length) for off, name, _typ, length in ELEMENT_TABLES[eye]
+               if name in names)
+    for eye, names in BINARY_ROUTING_FIELDS.items()})
+_HEADER = {True: struct.Struct(">IQ"), False: struct.Struct("<IQ")}
+_MSNR_AT = 16  # URBHMSNR, then URBHTIME (URBH DSECT)
+
+
 class ScannedElement(NamedTuple):
-    """One known element: its kind and the routing fields it has (stripped text)."""
+    """One known element: its kind and the routing fields it has (stripped text; the
+    binary ones as ints)."""
 
     eye: str
-    fields: Mapping[str, str]
+    fields: Mapping[str, str | int]
+
+
+def scan_header(data: bytes) -> tuple[int, int]:
+    """(URBHMSNR, URBHTIME) of a message ``scan_message`` accepted; (0, 0) for another."""
+    form = _FORMS.get(data[:4] + data[8:12]) if len(data) >= _MSNR_AT + 12 else None
+    if form is None:
+        return 0, 0
+    msnr, htime = _HEADER[form.big].unpack_from(data, _MSNR_AT)
+    return msnr, htime
 
 
 def scan_message(data: bytes, *, codepage: str = "cp037") -> list[ScannedElement]:
@@ -81,8 +104,12 @@ def scan_message(data: bytes, *, codepage: str = "cp037") -> list[ScannedElement
         eye = eyes.get(eyeb)
         if eye is not None:
             specs = _SPECS.get(eye)
-            out.append(ScannedElement(eye, _fields(data, off, ln, specs, form.ebcdic, table,
-                                                   codepage) if specs else _NO_FIELDS))
+            fields = _fields(data, off, ln, specs, form.ebcdic, table,
+                             codepage) if specs else _NO_FIELDS
+            binary = _BINARY_SPECS.get(eye)
+            if binary:
+                fields = {**fields, **_numbers(data, off, ln, binary, form.big)}
+            out.append(ScannedElement(eye, fields))
         off += ln
     return out
 
@@ -106,6 +133,14 @@ def _fields(data: bytes, off: int, ln: int, specs: tuple[tuple[str, int, int], .
                 _fail(data, codepage)
         out[name] = text.rstrip(_STRIP)
     return out
+
+
+def _numbers(data: bytes, off: int, ln: int, specs: tuple[tuple[str, int, int], ...],
+             big: bool) -> dict[str, int]:
+    """The binary routing fields that fit into the element, in the message's byte order."""
+    order = "big" if big else "little"
+    return {name: int.from_bytes(data[off + start:off + start + length], order)
+            for name, start, length in specs if start + length <= ln}
 
 
 def _fail(data: bytes, codepage: str) -> NoReturn:

@@ -189,7 +189,7 @@ def _inst_run(encoding: str, request: bytes) -> tuple[Replicator, list[Received]
 
 def test_inst_all_records_init_pseudo_transactions_cmpl(encoding: str) -> None:
     rep, out = _inst_run(
-        encoding, requests.inst("ICOLOR", 10006, 4, rnam="REPLY", rtok="IT", **form(encoding))
+        encoding, requests.inst_file("ICOLOR", 10006, 4, rnam="REPLY", rtok="IT", **form(encoding))
     )
     reply = on(out, "urb.replies")
     assert [r.status for r in reply] == ["INIT", "CMPL"]
@@ -219,7 +219,7 @@ def test_inst_all_records_init_pseudo_transactions_cmpl(encoding: str) -> None:
 def test_inst_isn_list_honoured_missing_isn_is_113(encoding: str) -> None:
     rep, out = _inst_run(
         encoding,
-        requests.inst(
+        requests.inst_file(
             "IEMPL", 10006, 9, rnam="REPLY", isns=[3, (10, 14), 999_999], **form(encoding)
         ),
     )
@@ -235,7 +235,7 @@ def test_inst_isn_list_honoured_missing_isn_is_113(encoding: str) -> None:
 
 def test_inst_unknown_dbid_fnr_is_erro_131_12(encoding: str) -> None:
     _, out = _inst_run(
-        encoding, requests.inst("ICOLOR", 10006, 2, rnam="REPLY", rtok="E", **form(encoding))
+        encoding, requests.inst_file("ICOLOR", 10006, 2, rnam="REPLY", rtok="E", **form(encoding))
     )
     (r,) = out
     s = r.first
@@ -252,9 +252,9 @@ def test_inst_unknown_dbid_fnr_is_erro_131_12(encoding: str) -> None:
 @pytest.mark.parametrize(
     ("request_bytes", "subc"),
     [
-        (requests.inst("NOSUCH", 1, 1, rnam="REPLY"), 9),
-        (requests.inst("IEMPL", 10006, 9, rnam="REPLY"), 19),
-        (requests.inst("ICOLOR", 10006, 4, rnam="REPLY", isns=[1, 2]), 15),
+        (requests.inst_file("NOSUCH", 1, 1, rnam="REPLY"), 9),
+        (requests.inst_file("IEMPL", 10006, 9, rnam="REPLY"), 19),
+        (requests.inst_file("ICOLOR", 10006, 4, rnam="REPLY", isns=[1, 2]), 15),
     ],
 )
 def test_inst_other_errors(request_bytes: bytes, subc: int) -> None:
@@ -267,7 +267,7 @@ def test_inst_other_errors(request_bytes: bytes, subc: int) -> None:
 def test_inst_does_not_disturb_tsnr_sequence(encoding: str) -> None:
     rep = Replicator(config(encoding), seed=2)
     out = rep.start() + rep.transactions(20)
-    out += rep.answer(requests.inst("ICOLOR", 10006, 4, rnam="REPLY", **form(encoding)))
+    out += rep.answer(requests.inst_file("ICOLOR", 10006, 4, rnam="REPLY", **form(encoding)))
     out += rep.transactions(20) + rep.terminate()
     txs = rebuild(on(decode_all(out), "urb.out1"))["COLOR"]
     real = [t.tsnr for t in txs if t.tsnr]

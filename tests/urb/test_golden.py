@@ -432,10 +432,10 @@ REQUESTS = {
         msnr=16,
         time=0xBBBBBBBBBBBBBBBB,
     ),
-    "03_inst_request_icolor_ebcdic": lambda: rq.inst(
+    "03_inst_request_icolor_ebcdic": lambda: rq.inst_file(
         "ICOLOR", 10006, 4, rnam="OUT1", rtok="TOKENTOK", sender="Admin"
     ),
-    "08_inst_request_selection_ascii": lambda: rq.inst(
+    "08_inst_request_selection_ascii": lambda: rq.inst_file(
         "IEMPLAA",
         10006,
         9,
@@ -475,3 +475,44 @@ def test_decoded_seed_reencodes_to_same_fields(name: str) -> None:
     assert back.elements == msg.elements
     if name in REQUESTS or name == "12_tran_request_ebcdic":
         assert again == raw  # requests use blanks and zeros exactly as we write them
+
+
+@pytest.mark.parametrize("ebcdic", [True, False])
+def test_a_multi_file_inst_request_is_one_message_with_the_seed_s_urbi_per_file(
+        ebcdic: bool) -> None:
+    """Seed 000: a definition of several files needs a URBI for each, all with the same
+    definition name and token, in one message. Each URBI is the seed's ICOLOR URBI for its
+    file; the message decodes back (ours and adapya-era's) to the same fields."""
+    from .oracle import Oracle, normalise
+
+    form = {"ebcdic": ebcdic, "big_endian": ebcdic, "sender": "Admin"}
+    built = rq.inst("ICOLOR", [rq.FileSelection(10006, 4), rq.FileSelection(10006, 5,
+                                                                             isns=[7, (9, 12)])],
+                    rnam="OUT1", rtok="TOKENTOK", **form)
+    single = rq.inst_file("ICOLOR", 10006, 4, rnam="OUT1", rtok="TOKENTOK", **form)
+    if ebcdic:
+        assert single == load("03_inst_request_icolor_ebcdic")
+    head = 64
+    assert built[head:head + 96] == single[head:]  # the first URBI: the seed's, byte for byte
+    msg = decode_message(built)
+    assert msg.header.urbhlent == len(built) == head + 96 + 96 + 16
+    first, second = msg.elements
+    assert [(e.urbirt, e.urbiinam, e.urbirtok, e.urbirnam, e.urbidbid) for e in (first, second)
+            ] == [("INST", "ICOLOR", "TOKENTOK", "OUT1", 10006)] * 2
+    assert (first.urbifnr, first.urbilend, second.urbifnr, second.urbilend) == (4, 0, 5, 16)
+    assert second.isns == [7, (9, 12)]
+    oracle = Oracle(ebcdic, ebcdic).decode(built)
+    assert [eye for eye, _ in oracle] == ["URBH", "URBI", "URBI"]
+    for (_, theirs), ours in zip(oracle[1:], (first, second), strict=True):
+        for name in ("urbirt", "urbiinam", "urbirtok", "urbirnam", "urbidbid", "urbifnr",
+                     "urbilend"):
+            assert normalise(theirs[name]) == ours.fields[name], name
+
+
+def test_the_empty_selection_selects_nothing_and_follows_the_isn_list_rules() -> None:
+    raw = rq.inst("I", [rq.FileSelection(1, 2, isns=rq.EMPTY_ISN_SELECTION)])
+    assert decode_message(raw).elements[0].isns == [(rq.MAX_ISN, rq.MAX_ISN)]
+    with pytest.raises(ValueError, match="twice"):
+        rq.inst("I", [rq.FileSelection(1, 2), rq.FileSelection(1, 2)])
+    with pytest.raises(ValueError, match="at least one"):
+        rq.inst("I", [])

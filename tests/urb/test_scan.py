@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.urb import UrbFormatError, decode_message, encode_message, make_element
-from pipeline.urb.scan import ROUTING_FIELDS, scan_message
+from pipeline.urb.scan import BINARY_ROUTING_FIELDS, ROUTING_FIELDS, scan_header, scan_message
 
 from .conftest import SEED_FILES, load
 from .test_fuzz import _extra_seeds, _mutate
@@ -22,8 +22,10 @@ def assert_agrees(raw: bytes, codepage: str = "cp037") -> None:
     scanned = scan_message(raw, codepage=codepage)
     assert [s.eye for s in scanned] == [e.eye for e in msg.elements]
     for got, el in zip(scanned, msg.elements, strict=True):
-        names = ROUTING_FIELDS.get(el.eye, frozenset())
+        names = ROUTING_FIELDS.get(el.eye, frozenset()) | BINARY_ROUTING_FIELDS.get(
+            el.eye, frozenset())
         assert dict(got.fields) == {k: v for k, v in el.fields.items() if k in names}
+    assert scan_header(raw) == (msg.header.urbhmsnr, msg.header.urbhtime or 0)
 
 
 @SETTINGS
@@ -54,8 +56,8 @@ def test_short_elements_have_only_the_fields_that_fit(ebcdic: bool) -> None:
     raw[start + 4:start + 8] = (64).to_bytes(4, order)
     raw[12:16] = len(raw).to_bytes(4, order)
     scanned = scan_message(bytes(raw))
-    assert scanned[0].fields == {"urbsrt": "TRAN", "urbsrtok": "", "urbsinam": "",
-                                 "urbssnam": "COLOR"}
+    assert scanned[0].fields == {"urbsrt": "TRAN", "urbsst": "TRSP", "urbsrtok": "",
+                                 "urbsinam": "", "urbssnam": "COLOR"}
     assert_agrees(bytes(raw))
 
 

@@ -109,7 +109,7 @@ def test_every_request_round_trips(ebcdic: bool, big: bool) -> None:
         (rq.open_destination("D2", rtok="X", **form), {"urbirt": "OPND", "urbidnam": "D2"}),
         (rq.close_destination("D2", **form), {"urbirt": "CLSD", "urbidnam": "D2"}),
         (
-            rq.inst("INIT1", 12, 34, isns=[5, (10, 20), 7, (30, 30)], **form),
+            rq.inst_file("INIT1", 12, 34, isns=[5, (10, 20), 7, (30, 30)], **form),
             {
                 "urbirt": "INST",
                 "urbiinam": "INIT1",
@@ -130,7 +130,7 @@ def test_every_request_round_trips(ebcdic: bool, big: bool) -> None:
 
 
 def test_isn_list_wire_format() -> None:
-    raw = rq.inst("I", 1, 2, isns=[3, (4, 9)])
+    raw = rq.inst_file("I", 1, 2, isns=[3, (4, 9)])
     assert raw[64 + 96 :] == struct.pack(">4I", 3, 0xFFFFFFFF, 4, 9)
 
 
@@ -148,12 +148,12 @@ def test_isn_list_wire_format() -> None:
 )
 def test_isn_list_rules(isns: list, rule: str) -> None:
     with pytest.raises(ValueError, match=r"rule|range must") as info:
-        rq.inst("I", 1, 2, isns=isns)
+        rq.inst_file("I", 1, 2, isns=isns)
     assert rule in str(info.value)
 
 
 def test_isn_range_may_start_and_end_on_one_isn() -> None:
-    rq.inst("I", 1, 2, isns=[(4, 4), 5])
+    rq.inst_file("I", 1, 2, isns=[(4, 4), 5])
 
 
 @pytest.mark.parametrize(
@@ -163,11 +163,11 @@ def test_isn_range_may_start_and_end_on_one_isn() -> None:
         lambda: rq.tran("S", "D", 0),
         lambda: rq.stat(),
         lambda: rq.open_destination(""),
-        lambda: rq.inst("", 1, 1),
-        lambda: rq.inst("I", 0, 1),
-        lambda: rq.inst("I", 1, 1, isns=[1], selection=b"x"),
-        lambda: rq.inst("I", 1, 1, acod=819),
-        lambda: rq.inst("I", 1, 1, isns=[]),
+        lambda: rq.inst_file("", 1, 1),
+        lambda: rq.inst_file("I", 0, 1),
+        lambda: rq.inst_file("I", 1, 1, isns=[1], selection=b"x"),
+        lambda: rq.inst_file("I", 1, 1, acod=819),
+        lambda: rq.inst_file("I", 1, 1, isns=[]),
         lambda: rq.tran("TOOLONGNAME", "D", 1),
     ],
 )
@@ -177,10 +177,10 @@ def test_invalid_requests(call) -> None:
 
 
 def test_selection_is_padded_to_a_fullword() -> None:
-    raw = rq.inst("I", 1, 2, selection="AA,S,AA.", acod=819)
+    raw = rq.inst_file("I", 1, 2, selection="AA,S,AA.", acod=819)
     urbi = decode_message(raw).elements[0]
     assert (urbi.urbilend, urbi.urbilen) == (8, 104)
-    raw = rq.inst("I", 1, 2, selection=b"12345")
+    raw = rq.inst_file("I", 1, 2, selection=b"12345")
     urbi = decode_message(raw).elements[0]
     assert (urbi.urbilend, urbi.urbilen, urbi.data) == (5, 104, b"12345")
 
