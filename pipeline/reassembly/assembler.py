@@ -7,6 +7,8 @@ means (quarantine, lost continuation, gap). Nothing here knows about the sequenc
 
 from __future__ import annotations
 
+import struct
+import zlib
 from dataclasses import dataclass, field
 
 from pipeline.reassembly.events import ImageOut, Origin, RecordOut, TransactionComplete
@@ -37,6 +39,8 @@ class Partial:
     nimg: int = 0          # URBDs seen for the current record
     nbytes: int = 0        # payload bytes buffered
     msnrs: list[int] = field(default_factory=list)  # URBHMSNR of the messages it came in
+    last_sent: int = 0     # URBHTIME (raw STCK) of the last message it came in
+    stalled: bool = False  # reported lost on processing time; kept for a late continuation
 
     @property
     def rcnt(self) -> int:
@@ -66,7 +70,18 @@ def start(row: ElementRow, now_ms: int) -> Partial:
         tsnr=row.num("urbttsnr"), head=head, token=row.char("urbtrtok"),
         sent_time=row.urbhtime, topic=row.topic, first=coords, last=coords,
         cont=row.flag("urbtcont"), touched_ms=now_ms, msnrs=[row.urbhmsnr],
+        last_sent=row.urbhtime,
     )
+
+
+def initial_state_fingerprint(p: Partial) -> int:
+    """Identity of an initial-state pseudo-transaction (tsnr 0, outside the sequence): its
+    read and processing times, counts and token. A copy the transport delivers again has the
+    same; two chunks of one request are read at different times."""
+    h = p.head
+    packed = struct.pack(">QQII8s", h["urbtttim"], h["urbtptim"], p.rcnt & 0xFFFFFFFF,
+                         h["urbtdbid"] & 0xFFFFFFFF, p.token.encode("latin-1")[:8])
+    return zlib.crc32(packed)
 
 
 def urbt_fingerprint(row: ElementRow) -> int:
@@ -135,6 +150,7 @@ def continue_with(p: Partial, row: ElementRow, now_ms: int) -> str | None:
     p.cont = row.flag("urbccont")
     p.touched_ms = now_ms
     p.msnrs.append(row.urbhmsnr)
+    p.last_sent = row.urbhtime
     _touch(p, row)
     return None
 

@@ -7,9 +7,6 @@ from dataclasses import dataclass, fields
 
 LANDING_POLICIES = ("immediate", "hold")
 
-# TRSP subcodes of response 131 after which asking again is pointless.
-DEFAULT_UNRECOVERABLE_SUBCODES = frozenset({34, 35, 36, 37})
-
 
 @dataclass(frozen=True, slots=True)
 class InitialStateTarget:
@@ -45,6 +42,7 @@ class InitialStateTarget:
 
 
 _PLACES = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_TOD_UNIX_US = 2_208_988_800_000_000  # 1900-01-01 (the TOD epoch) to 1970-01-01, in µs
 MAX_INST_DESTINATIONS = len(_PLACES) - 1
 
 
@@ -73,13 +71,30 @@ class ReassemblyConfig:
       then the gap is unrecoverable as soon as a processed message of the key was sent
       (URBHTIME) more than ``clock_skew_ms`` after the last request — the resend would have
       come before it — or at the latest ``verdict_wait_ms`` after the last round ran out.
-    - ``partial_timeout_ms``: a partial transaction that sees no continuation for this long is
-      declared lost (None: never; it is then only resolved by the next message).
+    - ``partial_timeout_ms``: a partial transaction is lost once the replicator has sent a
+      message on its destination (URBHTIME, seen through the key's own messages or the
+      destination's ticks) this much later than the partial's last message: it sends a
+      transaction's messages one after the other (seed 001, rule 12), so a continuation
+      cannot follow. None: never by evidence.
+    - ``partial_stall_ms``: the last resort on processing time, for a destination that sends
+      nothing (a stalled connector): after this long without a continuation the partial is
+      reported lost and requested, but kept, so that a late continuation still completes it.
+      None: never.
+    - ``stat_interval_ms``: a key idle this long (processing time since its last data
+      message) asks the replicator for its status (STAT); the SUBS reply on the key's own
+      topic tells the last tsnr sent, so a lost last transaction becomes a gap. Asked again
+      every interval until a SUBS answers; None: never.
+    - ``storm_window_ms``/``storm_max_gaps``/``storm_max_tsnrs``: a key that opens more gaps,
+      or asks for more tsnrs, within the window (replicator time) than this is scrambled,
+      not lossy: it stops requesting until an operator resumes it (``urbpipe gaps resume``).
+    - ``tod_offset_us``: microseconds to subtract from the replicator's STCK times to get UTC
+      (leap seconds the TOD clock includes, and its offset when it runs on local time).
     - ``duplicate_window``: how many recently landed tsnrs are remembered.
     - ``max_buffered_bytes``: cap on payload bytes kept in state per key.
     - ``max_open_gaps``: cap on open gaps per key; the oldest beyond it becomes unrecoverable.
     - ``reply_destination``/``request_token``: carried into every TRAN request; when the token
-      is set, TRSP replies with another token are recorded but do not touch gaps.
+      is set, TRSP replies with another token are recorded but do not touch gaps. What a TRSP
+      error does to its tsnr follows ``pipeline.urb.codes.tran_reply_action``.
     - ``initial_states``: per subscription, the ISN-list initial-state definition asked to
       re-read the ISNs a resent transaction left unverified (none: no INST requests).
     - ``max_isns_per_request``: cap on the ISN list of one INST request; more ISNs of one
@@ -95,25 +110,31 @@ class ReassemblyConfig:
     retry_max_ms: int = 600_000
     max_retries: int = 5
     hold_timeout_ms: int = 300_000
-    partial_timeout_ms: int | None = 600_000
+    partial_timeout_ms: int | None = 60_000
+    partial_stall_ms: int | None = 3_600_000
     duplicate_window: int = 1024
     max_buffered_bytes: int = 64 * 1024 * 1024
     max_open_gaps: int = 1000
     reply_destination: str = ""
     request_token: str = ""
-    unrecoverable_subcodes: frozenset[int] = DEFAULT_UNRECOVERABLE_SUBCODES
     verdict_wait_ms: int = 300_000
     clock_skew_ms: int = 5_000
     initial_states: tuple[InitialStateTarget, ...] = ()
     max_isns_per_request: int = 500
     initial_state_timeout_ms: int = 600_000
+    stat_interval_ms: int | None = None
+    storm_window_ms: int = 60_000
+    storm_max_gaps: int = 20
+    storm_max_tsnrs: int = 2_000
+    tod_offset_us: int = 0
 
     def __post_init__(self) -> None:
         if self.landing_policy not in LANDING_POLICIES:
             raise ValueError(f"landing_policy must be one of {LANDING_POLICIES}")
         positive = ("max_requests_per_gap", "retry_initial_ms", "retry_max_ms",
                     "hold_timeout_ms", "duplicate_window", "max_buffered_bytes", "max_open_gaps",
-                    "max_isns_per_request", "initial_state_timeout_ms")
+                    "max_isns_per_request", "initial_state_timeout_ms", "storm_window_ms",
+                    "storm_max_gaps", "storm_max_tsnrs")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
@@ -122,11 +143,12 @@ class ReassemblyConfig:
                 raise ValueError(f"{name} must be >= 0")
         if self.retry_multiplier < 1.0:
             raise ValueError("retry_multiplier must be >= 1")
-        if self.partial_timeout_ms is not None and self.partial_timeout_ms <= 0:
-            raise ValueError("partial_timeout_ms must be > 0 or None")
+        for name in ("partial_timeout_ms", "partial_stall_ms", "stat_interval_ms"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be > 0 or None")
         if len(self.request_token) > 8:
             raise ValueError("request_token is at most 8 characters (URBIRTOK)")
-        object.__setattr__(self, "unrecoverable_subcodes", frozenset(self.unrecoverable_subcodes))
         object.__setattr__(self, "initial_states", tuple(self.initial_states))
 
     def initial_state_for(self, subscription: str) -> InitialStateTarget | None:
@@ -138,6 +160,12 @@ class ReassemblyConfig:
         """Build from a conf dict, ignoring unknown keys (the app conf holds more)."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})  # type: ignore[arg-type]
+
+    def stck_ms(self, stck: int) -> int | None:
+        """A replicator STCK time as Unix milliseconds in UTC (None when not set)."""
+        if not stck:
+            return None
+        return ((stck >> 12) - _TOD_UNIX_US - self.tod_offset_us) // 1000
 
     def backoff_ms(self, round_no: int) -> int:
         """Wait after request round ``round_no`` (1-based) before the next one."""

@@ -95,12 +95,23 @@ class DuplicateDropped(TsnrNotice):
 
 
 @dataclass(frozen=True, slots=True)
+class RequestRejected(TsnrNotice):
+    """The replicator rejected a TRAN request with an error a retry cannot fix (unknown
+    subscription or destination, a malformed request …): the tsnr is settled at once and
+    operators must fix the cause (``reason`` names it). Reported once per gap and cause."""
+
+
+@dataclass(frozen=True, slots=True)
 class GapEvent:
     """Common shape of the gap lifecycle events (open → requested → filled|unrecoverable).
 
     ``gap_id`` is stable for the gap's life; ``missing`` lists the tsnrs still missing that
-    can still be requested; ``requests_sent`` counts TRAN requests sent for this gap so far.
-    A gap across the wrap has ``from_tsnr > to_tsnr``.
+    can still be requested (or wait for a reactivation: TRSP 36); ``filled`` the tsnrs that
+    arrived, ``settled`` those given up one by one (a TRSP error, the verdict, a restart …):
+    a gap ends when every tsnr is filled or settled. ``requests_sent`` counts TRAN requests
+    sent for this gap so far. A gap across the wrap has ``from_tsnr > to_tsnr``. ``kind`` is
+    ``tsnr`` (a hole in the transaction sequence) or ``messages`` (URBHMSNR: messages of a
+    destination that never arrived; nothing can be asked for them).
     """
 
     subscription: str
@@ -114,6 +125,9 @@ class GapEvent:
     opened_at_ms: int
     reason: str
     at_ms: int
+    filled: tuple[int, ...] = ()
+    settled: tuple[int, ...] = ()
+    kind: str = "tsnr"
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +152,23 @@ class GapFilled(GapEvent):
 
 @dataclass(frozen=True, slots=True)
 class GapUnrecoverable(GapEvent):
-    """The gap will not be filled (TRSP error, retries exhausted, restart, too wide …)."""
+    """The gap ended with at least one tsnr settled as lost (TRSP error, retries exhausted,
+    restart, too wide …); ``filled`` and ``settled`` say which tsnrs came and which did not."""
+
+
+@dataclass(frozen=True, slots=True)
+class GapFilledLate(GapEvent):
+    """A settled tsnr of an ended gap arrived after all (a late resend, a delayed or
+    redelivered message): it landed. ``settled`` lists the gap's tsnrs still lost."""
+
+    tsnr: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesMissing(GapEvent):
+    """URBHMSNR of a destination skipped ``from_tsnr``..``to_tsnr`` (message numbers, in the
+    ``tsnr`` columns): those messages never arrived. Status-only messages (DEAC, LOST, AUTI,
+    INST/CMPL …) have no tsnr, so this is the only trace of their loss."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +186,49 @@ class EpochStarted:
     reason: str
     previous_epoch: int
     previous_next_tsnr: int | None
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class StormTripped:
+    """The key opened more gaps or asked for more tsnrs within ``window_ms`` of replicator
+    time than any healthy stream would: the sequence is scrambled (several partitions,
+    reordering, a misrouted topic). Requests for the key stop until an operator resumes."""
+
+    subscription: str
+    destination: str
+    epoch: int
+    gaps: int
+    tsnrs: int
+    window_ms: int
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class StormResumed:
+    """An operator resumed requests for a key whose storm breaker had tripped."""
+
+    subscription: str
+    destination: str
+    epoch: int
+    by: str
+    note: str
+    open_gaps: int
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class StatRequested:
+    """Ask the replicator for the subscription/destination's status (STAT; reply SUBS with
+    the last tsnr it sent): an idle key's last transaction may have been lost."""
+
+    subscription: str
+    destination: str
+    epoch: int
+    seq: int
+    token: str
+    reply_destination: str
+    last_tsnr: int | None
     at_ms: int
 
 
@@ -220,12 +293,15 @@ class Inconsistent:
 
 @dataclass(frozen=True, slots=True)
 class InitialStateRequested:
-    """Ask the replicator for the current images of ``isns`` of one file (one INST request).
+    """Ask the replicator for the current images of some ISNs (one INST request message).
 
     Raised after a resend (before images only) landed: its inserted/updated ISNs are
-    unverified until their R images arrive. ``request_id`` ("job:<n>", n counting per key)
-    identifies the request in the tracking alerts; ``tsnrs`` are the resent transactions
-    the ISNs came from.
+    unverified until their R images arrive; or again after a pseudo-transaction of an
+    earlier request was lost (``reason``). ``files`` holds one (fnr, ISNs) per file of the
+    definition, in its order: seed 000 wants a URBI for every file of a multi-file
+    definition, so a file with nothing to refresh has no ISNs (the request selects none of
+    its records). ``request_id`` ("job:<n>", n counting per key) identifies the request in
+    the tracking alerts; ``tsnrs`` are the resent transactions the ISNs came from.
     """
 
     subscription: str
@@ -234,18 +310,23 @@ class InitialStateRequested:
     request_id: str
     name: str             # URBIINAM: the initial-state definition
     dbid: int
-    fnr: int
-    isns: tuple[int, ...]
+    files: tuple[tuple[int, tuple[int, ...]], ...]
     tsnrs: tuple[int, ...]
     token: str
     reply_destination: str
     at_ms: int
+    reason: str = ""
+
+    @property
+    def isn_count(self) -> int:
+        return sum(len(isns) for _, isns in self.files)
 
 
 @dataclass(frozen=True, slots=True)
 class InitialStateChanged:
     """A tracked INST request moved on: started (INIT), completed (CMPL), failed (ERRO, or
-    CMPL with a response code) or overdue (no CMPL/ERRO within the timeout).
+    CMPL with a response code), overdue (no CMPL/ERRO within the timeout) or incomplete (a
+    pseudo-transaction of it was lost: the job asks again for its ISNs).
 
     ``request_id`` is the job's id ("job:<n>") or, for a request the job did not send (e.g.
     ``urbpipe request inst``), "ext:<token>:<URBSTIME of its first reply>".
@@ -297,7 +378,9 @@ class LayoutRejected(GfftEvent):
 
 Event = (
     TransactionComplete | DuplicateDropped | GapOpened | GapRequested | GapFilled
-    | GapUnrecoverable | LostContinuation | EpochStarted | StatusReceived
-    | BufferLimitExceeded | Inconsistent | InitialStateRequested | InitialStateChanged
-    | LayoutReceived | LayoutRejected
+    | GapUnrecoverable | GapFilledLate | MessagesMissing | LostContinuation | EpochStarted
+    | StatusReceived | BufferLimitExceeded | Inconsistent | InitialStateRequested
+    | RequestRejected
+    | InitialStateChanged | LayoutReceived | LayoutRejected | StormTripped | StormResumed
+    | StatRequested
 )

@@ -2,19 +2,24 @@
 
 A ``Gap`` is a contiguous range of missing tsnrs in unwrapped positions. It only keeps the
 positions it can still ask for (at most ``max_requests_per_gap``), so its size is bounded.
-Every transition returns the event that describes it; the events carry the gap's running
-totals so table rows can be built from the events alone.
+Each position ends on its own: *filled* when its transaction lands, *settled* when the job
+stops waiting for it (a TRSP error for that tsnr, the verdict after the last request round,
+a restart …). A TRSP error about one tsnr says nothing about the others: the resend buffer is
+circular (seed 000), so the oldest tsnrs of a gap may be overwritten while newer ones are
+still there and do arrive. The gap ends when every position is filled or settled; its last
+event says which. A position waiting for its subscription's reactivation (TRSP 36) is
+*parked*: no request rounds, asked again when a SUBS or REAC shows the subscription active.
 
 Retry rounds run on processing time, but running out of them is no proof: a job lagging far
 behind its topic may not have read the resend yet, queued behind the lag. So the verdict
-"unrecoverable" waits for evidence — a processed message of the key sent (URBHTIME) after the
-last request (a resend travels the same topic and partition, so it would have come first) —
-or for ``verdict_wait_ms`` to pass (an idle subscription sends nothing to prove it).
+"unrecoverable" waits for evidence — a processed message of the destination sent (URBHTIME)
+after the last request (a resend travels the same topic and partition, so it would have come
+first) — or for ``verdict_wait_ms`` to pass (an idle subscription sends nothing to prove it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pipeline.reassembly.config import ReassemblyConfig
 from pipeline.reassembly.events import (
@@ -25,19 +30,15 @@ from pipeline.reassembly.events import (
     GapUnrecoverable,
 )
 from pipeline.reassembly.sequence import to_tsnr
+from pipeline.urb.codes import describe_subcode
 
 TOD_TO_UNIX_MS = 2_208_988_800_000  # 1900-01-01 (the STCK epoch) to 1970-01-01
-TRSP_SUBCODES = {
-    34: "no resend buffer for the subscription",
-    35: "transaction not in the resend buffer",
-    36: "subscription inactive",
-    37: "invalid prior-transaction request",
-}
 
 
 @dataclass(slots=True)
 class Gap:
-    """One open gap. ``missing`` holds unwrapped positions still wanted, ascending."""
+    """One open gap. ``missing`` holds unwrapped positions still asked for, ascending;
+    ``parked`` those waiting for a reactivation; ``filled``/``settled`` the ended ones."""
 
     epoch: int
     from_u: int
@@ -52,20 +53,35 @@ class Gap:
     hold_until_ms: int | None = None
     last_request_ms: int | None = None  # when the last request round was sent
     verdict_due_ms: int | None = None   # retries ran out: unrecoverable at the latest then
+    filled: list[int] = field(default_factory=list)
+    settled: list[int] = field(default_factory=list)
+    parked: list[int] = field(default_factory=list)
+    why: list[str] = field(default_factory=list)  # distinct reasons positions were settled
 
     @property
     def gap_id(self) -> str:
         return f"{self.epoch}:{self.from_u}"
 
+    @property
+    def done(self) -> bool:
+        return not self.missing and not self.parked
+
+    def waits_for(self, u: int) -> bool:
+        return u in self.missing or u in self.parked
+
     def to_obj(self) -> list:
         return [self.epoch, self.from_u, self.to_u, self.missing, self.reason, self.opened_ms,
                 self.state, self.requests_sent, self.rounds, self.next_retry_ms,
-                self.hold_until_ms, self.last_request_ms, self.verdict_due_ms]
+                self.hold_until_ms, self.last_request_ms, self.verdict_due_ms, self.filled,
+                self.settled, self.parked, self.why]
 
     @classmethod
     def from_obj(cls, obj: list) -> Gap:
         """From ``to_obj``; lists saved before a field was added leave it at its default."""
-        return cls(*obj[:3], list(obj[3]), *obj[4:])
+        gap = cls(*obj[:3], list(obj[3]), *obj[4:13])
+        for name, value in zip(("filled", "settled", "parked", "why"), obj[13:], strict=False):
+            setattr(gap, name, list(value))
+        return gap
 
 
 def gap_event(cls: type[GapEvent], gap: Gap, key: tuple[str, str], now_ms: int,
@@ -75,28 +91,41 @@ def gap_event(cls: type[GapEvent], gap: Gap, key: tuple[str, str], now_ms: int,
     return cls(
         subscription=subscription, destination=destination, epoch=gap.epoch,
         gap_id=gap.gap_id, from_tsnr=to_tsnr(gap.from_u), to_tsnr=to_tsnr(gap.to_u),
-        missing=tuple(to_tsnr(u) for u in gap.missing), requests_sent=gap.requests_sent,
-        opened_at_ms=gap.opened_ms, reason=gap.reason if reason is None else reason,
-        at_ms=now_ms, **extra,
+        missing=tuple(to_tsnr(u) for u in gap.missing + gap.parked),
+        requests_sent=gap.requests_sent, opened_at_ms=gap.opened_ms,
+        reason=gap.reason if reason is None else reason, at_ms=now_ms,
+        filled=tuple(to_tsnr(u) for u in gap.filled),
+        settled=tuple(to_tsnr(u) for u in gap.settled), **extra,
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Opening:
+    """What opening a gap produced: the gap to track (None when nothing can be asked for),
+    its events, and the range settled at once because it was too wide to ask for."""
+
+    gap: Gap | None
+    events: list[GapEvent]
+    settled: tuple[int, int, str] | None  # (from_u, to_u, gap_id)
+
+
 def open_gap(from_u: int, to_u: int, epoch: int, reason: str, now_ms: int,
-             config: ReassemblyConfig, key: tuple[str, str],
-             request: bool = True) -> tuple[list[Gap], list[GapEvent]]:
+             config: ReassemblyConfig, key: tuple[str, str], request: bool = True) -> Opening:
     """Open a gap and send its first request round (unless ``request`` is False).
 
     A range wider than the request cap is split: the newest ``max_requests_per_gap`` tsnrs
     (the ones the circular resend buffer most likely still holds) are requested, the older
-    part is reported and closed as unrecoverable straight away.
+    part is reported and settled straight away (a late fill may still land it).
     """
     cap = config.max_requests_per_gap
     events: list[GapEvent] = []
+    settled = None
     if to_u - from_u + 1 > cap:
         old = Gap(epoch, from_u, to_u - cap, [], reason, now_ms)
+        why = f"wider than max_requests_per_gap ({cap}): not requested"
         events.append(gap_event(GapOpened, old, key, now_ms))
-        events.append(gap_event(GapUnrecoverable, old, key, now_ms,
-                                f"wider than max_requests_per_gap ({cap}): not requested"))
+        events.append(gap_event(GapUnrecoverable, old, key, now_ms, why))
+        settled = (from_u, to_u - cap, old.gap_id)
         from_u = to_u - cap + 1
     hold = now_ms + config.hold_timeout_ms if config.landing_policy == "hold" else None
     gap = Gap(epoch, from_u, to_u, list(range(from_u, to_u + 1)), reason, now_ms,
@@ -104,7 +133,7 @@ def open_gap(from_u: int, to_u: int, epoch: int, reason: str, now_ms: int,
     events.append(gap_event(GapOpened, gap, key, now_ms))
     if request:
         events.append(request_round(gap, now_ms, config, key))
-    return [gap], events
+    return Opening(gap, events, settled)
 
 
 def request_round(gap: Gap, now_ms: int, config: ReassemblyConfig,
@@ -115,6 +144,7 @@ def request_round(gap: Gap, now_ms: int, config: ReassemblyConfig,
     gap.state = "requested"
     gap.last_request_ms = now_ms
     gap.next_retry_ms = now_ms + config.backoff_ms(gap.rounds)
+    gap.verdict_due_ms = None
     return gap_event(
         GapRequested, gap, key, now_ms, tsnrs=tuple(to_tsnr(u) for u in gap.missing),
         attempt=gap.rounds, token=config.request_token,
@@ -123,18 +153,75 @@ def request_round(gap: Gap, now_ms: int, config: ReassemblyConfig,
 
 
 def fill(gap: Gap, u: int, now_ms: int, key: tuple[str, str]) -> GapEvent | None:
-    """Mark position ``u`` as arrived; returns GapFilled when nothing is missing any more."""
-    gap.missing.remove(u)
-    if gap.missing:
+    """Position ``u`` arrived; returns the gap's end event when nothing is awaited any more."""
+    _take(gap, u)
+    gap.filled.append(u)
+    return end_event(gap, now_ms, key)
+
+
+def settle(gap: Gap, u: int, why: str, now_ms: int, key: tuple[str, str]) -> GapEvent | None:
+    """Stop waiting for position ``u``; returns the gap's end event when it was the last."""
+    _take(gap, u)
+    gap.settled.append(u)
+    if why not in gap.why:
+        gap.why.append(why)
+    return end_event(gap, now_ms, key)
+
+
+def settle_all(gap: Gap, why: str, now_ms: int, key: tuple[str, str]) -> GapEvent:
+    """Stop waiting for every position still awaited; the gap ends."""
+    for u in list(gap.missing + gap.parked):
+        settle(gap, u, why, now_ms, key)
+    event = end_event(gap, now_ms, key)
+    assert event is not None
+    return event
+
+
+def _take(gap: Gap, u: int) -> None:
+    if u in gap.missing:
+        gap.missing.remove(u)
+    else:
+        gap.parked.remove(u)
+    if not gap.missing:
+        gap.next_retry_ms = gap.verdict_due_ms = None
+
+
+def end_event(gap: Gap, now_ms: int, key: tuple[str, str]) -> GapEvent | None:
+    """The gap's last event once nothing is awaited: filled when every position came,
+    unrecoverable when at least one was settled (its reason says which and why)."""
+    if not gap.done:
         return None
-    return gap_event(GapFilled, gap, key, now_ms, reason="")
+    if not gap.settled:
+        return gap_event(GapFilled, gap, key, now_ms, reason="")
+    lost = [to_tsnr(u) for u in sorted(gap.settled)]
+    came = f"; filled: {_short(sorted(to_tsnr(u) for u in gap.filled))}" if gap.filled else ""
+    why = f"lost: {_short(lost)} ({'; '.join(gap.why)}){came}"
+    return gap_event(GapUnrecoverable, gap, key, now_ms, why)
+
+
+def park(gap: Gap, u: int) -> None:
+    """Position ``u`` waits for its subscription's reactivation (TRSP 36): no rounds."""
+    if u in gap.missing:
+        gap.missing.remove(u)
+        gap.parked.append(u)
+        if not gap.missing:
+            gap.next_retry_ms = gap.verdict_due_ms = None
+
+
+def unpark(gap: Gap) -> bool:
+    """Parked positions become requestable again; True when there were any."""
+    if not gap.parked:
+        return False
+    gap.missing = sorted(gap.missing + gap.parked)
+    gap.parked = []
+    return True
 
 
 def retry_due(gap: Gap, now_ms: int, config: ReassemblyConfig, key: tuple[str, str],
               newest_sent_ms: int | None = None) -> GapEvent | None:
     """At a retry deadline another request round; once retries ran out, the verdict.
 
-    ``newest_sent_ms``: the newest URBHTIME (Unix ms) of the key's data messages processed.
+    ``newest_sent_ms``: the newest URBHTIME (Unix ms, UTC) seen on the key's destination.
     """
     if gap.next_retry_ms is not None and now_ms >= gap.next_retry_ms:
         if gap.rounds <= config.max_retries:
@@ -146,8 +233,9 @@ def retry_due(gap: Gap, now_ms: int, config: ReassemblyConfig, key: tuple[str, s
 
 def verdict(gap: Gap, now_ms: int, config: ReassemblyConfig, key: tuple[str, str],
             newest_sent_ms: int | None) -> GapEvent | None:
-    """Retries ran out: unrecoverable once there is evidence, or at ``verdict_due_ms``."""
-    if gap.verdict_due_ms is None:
+    """Retries ran out: the missing positions are settled once there is evidence, or at
+    ``verdict_due_ms``. Parked positions wait on (a reactivation will ask again)."""
+    if gap.verdict_due_ms is None or not gap.missing:
         return None
     if sent_after_last_request(gap, newest_sent_ms, config):
         why = "messages sent after the last request arrived without the missing ones"
@@ -156,8 +244,11 @@ def verdict(gap: Gap, now_ms: int, config: ReassemblyConfig, key: tuple[str, str
     else:
         return None
     gap.verdict_due_ms = None
-    return gap_event(GapUnrecoverable, gap, key, now_ms,
-                     f"retries exhausted after {gap.rounds} request rounds; {why}")
+    why = f"retries exhausted after {gap.rounds} request rounds; {why}"
+    event = None
+    for u in list(gap.missing):
+        event = settle(gap, u, why, now_ms, key)
+    return event
 
 
 def sent_after_last_request(gap: Gap, newest_sent_ms: int | None,
@@ -169,21 +260,28 @@ def sent_after_last_request(gap: Gap, newest_sent_ms: int | None,
 
 
 def stck_to_unix_ms(stck: int) -> int | None:
-    """A STCK value (URBHTIME) as Unix milliseconds; None when not set."""
+    """A STCK value (URBHTIME) as Unix milliseconds, TOD clock taken as UTC; None when not
+    set. The machine converts with ``ReassemblyConfig.stck_ms`` (the configured clock)."""
     return (stck >> 12) // 1000 - TOD_TO_UNIX_MS if stck else None
 
 
 def trsp_reason(tsnr: int, rsp: int, subcode: int) -> str:
-    meaning = TRSP_SUBCODES.get(subcode, "error")
+    meaning = describe_subcode(rsp, subcode) or "error"
     return f"TRSP for tsnr {tsnr}: response {rsp} subcode {subcode} ({meaning})"
 
 
 def find(gaps: list[Gap], u: int) -> Gap | None:
-    """The open gap still waiting for position ``u``."""
-    return next((g for g in gaps if u in g.missing), None)
+    """The open gap still waiting for position ``u`` (asked for or parked)."""
+    return next((g for g in gaps if g.waits_for(u)), None)
 
 
 def hold_barrier(gaps: list[Gap]) -> int | None:
     """The lowest position a hold-policy gap still waits for; later transactions wait too."""
-    waiting = [g.missing[0] for g in gaps if g.hold_until_ms is not None and g.missing]
+    waiting = [min(g.missing + g.parked) for g in gaps
+               if g.hold_until_ms is not None and (g.missing or g.parked)]
     return min(waiting, default=None)
+
+
+def _short(values: list[int], shown: int = 8) -> str:
+    text = ", ".join(map(str, values[:shown]))
+    return text + (f" … ({len(values)} in all)" if len(values) > shown else "")

@@ -14,6 +14,19 @@ destination *and* to the output destinations, and Kafka may deliver a message tw
 is recognised by its URBSTIME and counted once. Replies to requests the job did not send
 (``urbpipe request inst``) are tracked from their first reply on.
 
+Which copy counts: INIT and CMPL go to the reply destination *and* the output destinations
+(seed 000), but only the copy on the asking key's own topic is ordered with the
+pseudo-transactions between them; the reply topic's copy can be read long before the data.
+So INIT/CMPL settle a request only from the key's own topic (``ElementRow.home``); INST/ERRO
+goes to the reply destination only and counts from there.
+
+Completeness: a pseudo-transaction whose continuation is lost never lands; the request it
+belongs to (found by its token, database and file) is marked incomplete, and when its CMPL
+comes (or at once, if it came already) the job reports it and asks again for the same ISNs.
+
+Duplicates: pseudo-transactions have tsnr 0, outside the sequence, so a copy the transport
+delivers again is recognised by its identity (``assembler.initial_state_fingerprint``).
+
 Everything here is pure: it changes the ``InstState`` it is given and returns events.
 """
 
@@ -37,6 +50,8 @@ UNVERIFIED_TYPES = frozenset({"I", "U"})
 REPLY_STATUSES = frozenset({"INIT", "CMPL", "ERRO"})
 MAX_TRACKED = 64      # open INST requests remembered per key (the oldest beyond is dropped)
 SEEN_WINDOW = 64      # reply identities remembered to count a reply copy once
+DONE_WINDOW = 16      # completed requests remembered, to ask again if a lost chunk shows late
+FP_WINDOW = 4096      # identities of landed pseudo-transactions (duplicates are dropped)
 MAX_ISN = 0xFFFFFFFE  # X'FFFFFFFF' marks a range in an ISN list
 
 Correlation = tuple[str, str, int, int]  # token, initial-state name, dbid, fnr
@@ -56,6 +71,8 @@ class InstTrack:
     state: str
     deadline_ms: int | None
     init_seen: bool = False
+    isns: tuple[int, ...] = ()  # the job's requests: what to ask again if incomplete
+    incomplete: bool = False    # a pseudo-transaction of it was lost
 
     @property
     def correlation(self) -> Correlation:
@@ -63,11 +80,15 @@ class InstTrack:
 
     def to_obj(self) -> list:
         return [self.request_id, self.name, self.dbid, self.fnr, self.token, self.isn_count,
-                self.requested_ms, self.state, self.deadline_ms, self.init_seen]
+                self.requested_ms, self.state, self.deadline_ms, self.init_seen,
+                list(self.isns), self.incomplete]
 
     @classmethod
     def from_obj(cls, obj: list) -> InstTrack:
-        return cls(*obj)
+        track = cls(*obj[:10])
+        if len(obj) > 10:
+            track.isns, track.incomplete = tuple(obj[10]), bool(obj[11])
+        return track
 
 
 @dataclass(slots=True)
@@ -82,17 +103,30 @@ class InstState:
     tracks: list[InstTrack] = field(default_factory=list)
     seen: list[str] = field(default_factory=list)
     settled_early: list[list] = field(default_factory=list)
+    done: list[InstTrack] = field(default_factory=list)  # recently completed job requests
+    fps: list[int] = field(default_factory=list)  # landed pseudo-transactions' identities
 
     def to_obj(self) -> dict:
         return {"seq": self.next_seq, "tracks": [t.to_obj() for t in self.tracks],
-                "seen": self.seen, "early": self.settled_early}
+                "seen": self.seen, "early": self.settled_early,
+                "done": [t.to_obj() for t in self.done], "fps": self.fps}
 
     @classmethod
     def from_obj(cls, obj: dict | None) -> InstState:
         if not obj:
             return cls()
         return cls(obj["seq"], [InstTrack.from_obj(t) for t in obj["tracks"]],
-                   list(obj["seen"]), [list(c) for c in obj["early"]])
+                   list(obj["seen"]), [list(c) for c in obj["early"]],
+                   [InstTrack.from_obj(t) for t in obj.get("done", [])],
+                   list(obj.get("fps", [])))
+
+    def landed_before(self, fp: int) -> bool:
+        """A pseudo-transaction with this identity landed already (a transport copy);
+        otherwise it is remembered as landed now."""
+        if fp in self.fps:
+            return True
+        self.fps = [*self.fps, fp][-FP_WINDOW:]
+        return False
 
     def deadlines(self) -> list[int]:
         return [t.deadline_ms for t in self.tracks if t.deadline_ms is not None]
@@ -123,25 +157,69 @@ def unverified_isns(txn: TransactionComplete, target: InitialStateTarget) -> dic
     return out
 
 
-def request(inst: InstState, target: InitialStateTarget, fnr: int, isns: Iterable[int],
-            tsnrs: Iterable[int], config: ReassemblyConfig, where: Where,
+def request(inst: InstState, target: InitialStateTarget, isns: dict[int, Iterable[int]],
+            tsnrs: Iterable[int], config: ReassemblyConfig, where: Where, reason: str = "",
             ) -> list[InitialStateRequested | InitialStateChanged]:
-    """INST requests for the ISNs of one file: sorted, split at ``max_isns_per_request``."""
-    ordered, cap = sorted(set(isns)), config.max_isns_per_request
+    """INST request messages for ISNs per file: one message names every file of the
+    definition (seed 000: a multi-file definition needs a URBI per file), each file's ISNs
+    sorted and split at ``max_isns_per_request`` over as many messages as the longest needs.
+    Each file of each message is tracked on its own (the replies name dbid and fnr)."""
+    cap = config.max_isns_per_request
+    ordered = {fnr: sorted(set(isns.get(fnr, ()))) for fnr in target.files}
+    rounds = max((len(v) + cap - 1) // cap for v in ordered.values())
     token = target.token_for(where.destination, config.request_token)
     events: list[InitialStateRequested | InitialStateChanged] = []
-    for start in range(0, len(ordered), cap):
-        chunk = tuple(ordered[start:start + cap])
+    for n in range(rounds):
+        files = tuple((fnr, tuple(v[n * cap:(n + 1) * cap])) for fnr, v in ordered.items())
         request_id = f"job:{inst.next_seq}"
         inst.next_seq += 1
-        events += _track(inst, InstTrack(
-            request_id, target.name, target.dbid, fnr, token, len(chunk),
-            where.now_ms, "sent", where.now_ms + config.initial_state_timeout_ms), where)
+        for fnr, chunk in files:
+            events += _track(inst, InstTrack(
+                request_id, target.name, target.dbid, fnr, token, len(chunk), where.now_ms,
+                "sent", where.now_ms + config.initial_state_timeout_ms, isns=chunk), where)
         events.append(InitialStateRequested(
             subscription=where.subscription, destination=where.destination, epoch=where.epoch,
-            request_id=request_id, name=target.name, dbid=target.dbid, fnr=fnr, isns=chunk,
+            request_id=request_id, name=target.name, dbid=target.dbid, files=files,
             tsnrs=tuple(sorted(set(tsnrs))), token=token,
-            reply_destination=config.reply_destination, at_ms=where.now_ms))
+            reply_destination=config.reply_destination, at_ms=where.now_ms, reason=reason))
+    return events
+
+
+def mark_incomplete(inst: InstState, token: str, dbid: int, fnr: int | None,
+                    config: ReassemblyConfig, where: Where
+                    ) -> list[InitialStateRequested | InitialStateChanged]:
+    """A pseudo-transaction of (token, dbid, fnr) was lost: its request is incomplete.
+
+    The oldest open request it can belong to is marked (reported and asked again at its
+    CMPL); if none is open, a request of the job's completed already (its CMPL on the reply
+    topic, read before the data) is reported and asked again now.
+    """
+    def matches(t: InstTrack) -> bool:
+        return t.token == token and t.dbid == dbid and (fnr is None or t.fnr == fnr)
+
+    track = next((t for t in inst.tracks if matches(t)), None)
+    if track is not None:
+        track.incomplete = True
+        return []
+    done = next((t for t in reversed(inst.done) if matches(t)), None)
+    if done is None:
+        return []
+    inst.done.remove(done)
+    return _incomplete(inst, done, config, where)
+
+
+def _incomplete(inst: InstState, track: InstTrack, config: ReassemblyConfig, where: Where
+                ) -> list[InitialStateRequested | InitialStateChanged]:
+    """Report an incomplete request; the job's own are asked again for the same ISNs."""
+    target = config.initial_state_for(where.subscription)
+    again = bool(track.isns) and target is not None and target.name == track.name
+    reason = ("a pseudo-transaction of this request was lost: "
+              + ("asked again for its ISNs" if again else "run the request again"))
+    events: list[InitialStateRequested | InitialStateChanged] = [
+        _changed(track, "incomplete", where, reason=reason)]
+    if again and target is not None:
+        events += request(inst, target, {track.fnr: track.isns}, (), config, where,
+                          reason=f"{track.request_id} incomplete")
     return events
 
 
@@ -164,6 +242,8 @@ def on_reply(inst: InstState, row: ElementRow, config: ReassemblyConfig,
     st = row.char("urbsst")
     if row.char("urbsrt") != "INST" or st not in REPLY_STATUSES:
         return []
+    if st != "ERRO" and not row.home:
+        return []  # the reply topic's copy: not ordered with the data (module docstring)
     corr: Correlation = (row.char("urbsrtok"), row.char("urbsinam"), row.num("urbsdbid"),
                          row.num("urbsfnr"))
     identity = "|".join(map(str, (st, *corr, row.num("urbstime"))))
@@ -182,6 +262,10 @@ def on_reply(inst: InstState, row: ElementRow, config: ReassemblyConfig,
         if st == "CMPL" and not track.init_seen:  # its INIT is still to come: not a new one
             inst.settled_early = [*inst.settled_early, list(corr)][-MAX_TRACKED:]
     if st == "CMPL" and rsp == 0:
+        if track.incomplete:
+            return _incomplete(inst, track, config, where)
+        if track.isns:
+            inst.done = [*inst.done, track][-DONE_WINDOW:]
         return [_changed(track, "completed", where, reason="CMPL: initial-state processing "
                                                            "completed")]
     return [_changed(track, "failed", where, rsp, subc, _failure(st, rsp, subc))]

@@ -5,10 +5,22 @@ no I/O, reads no clock and no randomness: the glue feeds rows and the batch's pr
 then writes the events out. The same inputs always give the same outputs, so a replayed batch
 reproduces exactly what Delta already holds.
 
-Order of work in one step: rows in Kafka order, message by message; then timers (retries,
-hold timeouts, partial-transaction timeout, overdue INST requests) at ``now_ms``; then the INST
-requests for the ISNs the step's landed resends left unverified (one per file, see
-initial_state.py).
+Order of work in one step: rows in Kafka order, message by message (pseudo rows of the decode
+stage — destination ticks, message-number runs, operator commands — at their place); then
+timers (retries, verdicts, hold timeouts, the partial transaction's timeouts, STAT for an idle
+key, overdue INST requests) at ``now_ms``; then the INST requests for the ISNs the step's landed
+resends left unverified (see initial_state.py).
+
+What the transport may do, and where it is handled (issue 14, "real transport"):
+- re-produce old messages (connector at-least-once): transactions are judged by their commit
+  time (sequence.classify), status-only messages by their identity (numbering.Copies), a
+  message below the open transaction's message numbers is skipped whole;
+- carry destination-wide STRT/REST without a subscription name: the decode stage fans them out
+  to every subscription of the destination; a restart counts only if sent after everything
+  seen on the destination (a copy of an old STRT does not);
+- stall: the partial transaction's timeout counts the destination's later messages, processing
+  time only as a last resort, and a late continuation still completes it;
+- lose status-only messages or a last transaction: URBHMSNR runs (destination key) and STAT.
 """
 
 from __future__ import annotations
@@ -23,20 +35,43 @@ from pipeline.reassembly.events import (
     DuplicateDropped,
     EpochStarted,
     Event,
+    GapEvent,
+    GapFilledLate,
+    GapRequested,
     GapUnrecoverable,
     Inconsistent,
     LostContinuation,
+    MessagesMissing,
+    RequestRejected,
+    StatRequested,
     StatusReceived,
+    StormResumed,
+    StormTripped,
     TransactionComplete,
     TsnrNotice,
 )
 from pipeline.reassembly.gfft import gfft_event
-from pipeline.reassembly.rows import ElementRow, messages
-from pipeline.reassembly.sequence import Verdict, classify, to_tsnr, unwrap
+from pipeline.reassembly.rows import (
+    CONTROL_EYE,
+    HEADERS_EYE,
+    TICK_EYE,
+    ElementRow,
+    messages,
+)
+from pipeline.reassembly.sequence import (
+    WRAP_ZONE,
+    Sequence,
+    Verdict,
+    classify,
+    to_tsnr,
+    unwrap,
+)
 from pipeline.reassembly.state import KeyState
+from pipeline.urb.codes import tran_reply_action
 
 DATA_EYES = frozenset({"URBT", "URBR", "URBD", "URBE", "URBC"})
 RESTART_STATUS = frozenset({"STRT", "REST"})
+DROPPED = frozenset({Verdict.DUPLICATE, Verdict.STALE, Verdict.REDELIVERY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,55 +108,87 @@ class _Run:
         self.resumed = False
         # fnr -> (ISNs, tsnrs) that resends landed in this step left unverified.
         self.unverified: dict[int, tuple[set[int], set[int]]] = {}
+        # When the message at hand was sent (Unix ms): the storm breaker's clock.
+        self.sent_ms: int | None = None
 
     # ----------------------------------------------------------------- messages
     def message(self, msg: tuple[ElementRow, ...]) -> None:
-        """One Kafka message: check how it continues the open transaction, then its elements.
-
-        GFFTs (URBF) ahead of the data are reported first and then set aside, so that a
-        message's continuity checks (URBC, redelivery) look at its first data element.
-        """
+        """One Kafka message (or one pseudo row): how it continues the open transaction,
+        then its elements; the destination's clock moves on after it."""
+        if msg[0].eye.startswith("!"):
+            for row in msg:
+                self._pseudo(row)
+            return
         lead = 0
         while lead < len(msg) - 1 and msg[lead].eye == "URBF":
             self._element(msg[lead])
             lead += 1
         msg = msg[lead:]
         first = msg[0]
-        if first.eye in DATA_EYES:  # evidence for gap verdicts: what the replicator sent since
-            sent = gaps.stck_to_unix_ms(first.urbhtime)
-            if sent is not None and (self.st.newest_sent_ms or 0) < sent:
-                self.st.newest_sent_ms = sent
+        self.sent_ms = self.config.stck_ms(first.urbhtime)
+        if all(r.eye == "URBS" for r in msg) and self._status_copy(first):
+            return
+        if first.eye in DATA_EYES:
+            self._data_message(msg)
+        else:
+            for row in msg:
+                self._element(row)
+        self._seen_sent(self.sent_ms)
+
+    def _data_message(self, msg: tuple[ElementRow, ...]) -> None:
+        first = msg[0]
+        self.st.stat.data_seen(self.now)
         if self._repeated(first):
             self._duplicate(_tsnr_of(first), f"message {first.urbhmsnr} delivered again", first)
             return
         continued = False
         if first.eye == "URBC":
             continued = self._continuation(first)
-        elif first.eye in DATA_EYES:
+        else:
             self.st.discard = None
             if self.st.partial is not None:
-                self._lose("the next message does not start with URBC")
+                self._lose("the next message does not start with URBC", first)
         self.resumed = continued
         for row in msg[1:] if first.eye == "URBC" else msg:
             self._element(row)
         self.resumed = False
         self._end_of_message()
 
-    def _repeated(self, first: ElementRow) -> bool:
-        """A message delivered again (producer retry) while a transaction is open.
+    def _seen_sent(self, sent_ms: int | None) -> None:
+        """The destination's clock: the newest URBHTIME seen on it (evidence for verdicts,
+        the partial transaction's timeout and restarts)."""
+        if sent_ms is not None and (self.st.newest_sent_ms or 0) < sent_ms:
+            self.st.newest_sent_ms = sent_ms
 
-        Skipped whole so that it cannot break the open transaction: it is one the open
-        transaction already came in, or it starts with (a continuation of) a transaction that
-        has already landed.
+    def _status_copy(self, first: ElementRow) -> bool:
+        """A status-only message delivered again (numbering.Copies): dropped, counted."""
+        copies = self.st.copies
+        if copies.is_copy(first.topic, first.urbhtime, first.urbhmsnr):
+            self._duplicate(0, f"status message {first.urbhmsnr} delivered again", first)
+            return True
+        copies.add(first.topic, first.urbhtime, first.urbhmsnr)
+        return False
+
+    def _repeated(self, first: ElementRow) -> bool:
+        """A message delivered again while a transaction is open: skipped whole, so it cannot
+        break the open transaction.
+
+        It is one the open transaction already came in, one numbered below the open
+        transaction's messages (a connector re-producing a batch from before it: every
+        message of the open transaction comes again after it), or one starting with (a
+        continuation of) a transaction that has already landed.
         """
         p = self.st.partial
-        if p is None or first.eye not in DATA_EYES:
+        if p is None:
             return False
         if assembler.repeats(p, first):
             return True
         tsnr = _tsnr_of(first)
+        behind = 0 < first.urbhmsnr < max(p.msnrs) and first.topic == p.topic
         if first.eye == "URBC":
-            return tsnr != p.tsnr and self.st.window.contains_tsnr(tsnr)
+            return tsnr != p.tsnr and (behind or self.st.window.contains_tsnr(tsnr))
+        if behind:
+            return True
         if first.eye == "URBT":
             return tsnr != 0 and self.st.window.contains(tsnr, assembler.urbt_fingerprint(first))
         return False
@@ -154,11 +221,64 @@ class _Run:
         self.st.discard = tsnr
         if self.st.window.contains_tsnr(tsnr):
             self._duplicate(tsnr, "continuation of a transaction already landed", row)
-            return False
-        self._lost_event(tsnr, "continuation whose start was never received", row)
-        # treated as flagged: an orphan continuation is no evidence of a restart
-        self._mark_missing(tsnr, None, True)
+        elif self._placed_before(tsnr):
+            self._duplicate(tsnr, "continuation of a transaction placed before (redelivered)",
+                            row)
+        else:
+            self._lost_event(tsnr, "continuation whose start was never received", row)
+            # treated as flagged: an orphan continuation is no evidence of a restart
+            self._mark_missing(tsnr, None, 0, True)
         return False
+
+    def _placed_before(self, tsnr: int) -> bool:
+        """``tsnr`` lies behind the sequence and no gap waits for it: it was placed."""
+        st = self.st
+        if st.next_u is None or tsnr == 0:
+            return False
+        u = unwrap(tsnr, st.next_u)
+        return u < st.next_u and not self._is_missing(u) and not self._is_settled(u)
+
+    # ----------------------------------------------------------------- pseudo rows
+    def _pseudo(self, row: ElementRow) -> None:
+        """A row the decode stage adds (rows.HEADERS_EYE, TICK_EYE, CONTROL_EYE)."""
+        if row.eye == TICK_EYE:
+            self._seen_sent(self.config.stck_ms(row.num("htime")))
+        elif row.eye == HEADERS_EYE:
+            self._message_numbers(row)
+        elif row.eye == CONTROL_EYE:
+            self._control(row)
+
+    def _message_numbers(self, row: ElementRow) -> None:
+        """A run of consecutive URBHMSNR on the destination (destination-wide key)."""
+        hole = self.st.numbering.on_run(row.num("first"), row.num("last"))
+        self._seen_sent(self.config.stck_ms(row.num("htime")))
+        if hole is None:
+            return
+        self.st.count("messages_missing", hole[1] - hole[0] + 1)
+        self.events.append(MessagesMissing(
+            subscription=self.subscription, destination=self.destination, epoch=self.st.epoch,
+            gap_id=f"msnr:{self.st.numbering.restarts}:{hole[0]}", from_tsnr=hole[0],
+            to_tsnr=hole[1], missing=(), requests_sent=0, opened_at_ms=self.now,
+            reason=f"URBHMSNR {hole[0]}..{hole[1]} of destination {self.destination} never "
+                   f"arrived on {row.topic} (before offset {row.offset})",
+            at_ms=self.now, kind="messages"))
+
+    def _control(self, row: ElementRow) -> None:
+        """An operator command (``urbpipe gaps resume``) from the control topic."""
+        command = row.char("command")
+        if command != "resume":
+            self._inconsistent(row, None, f"unknown control command {command!r}")
+            return
+        was = self.st.storm.tripped
+        self.st.storm.resume()
+        self.events.append(StormResumed(
+            subscription=self.subscription, destination=self.destination, epoch=self.st.epoch,
+            by=row.char("by"), note=row.char("note"), open_gaps=len(self.st.gaps),
+            at_ms=self.now))
+        if was:
+            for gap in self.st.gaps:
+                if gap.missing:
+                    self._request(gap)
 
     # ----------------------------------------------------------------- elements
     def _element(self, row: ElementRow) -> None:
@@ -219,16 +339,19 @@ class _Run:
 
     # ----------------------------------------------------------------- status
     def _status(self, row: ElementRow) -> None:
-        """Every URBS is reported; STRT/REST begin an epoch, TRSP may settle a gap."""
+        """Every URBS is reported (unless an echo); STRT/REST may begin an epoch, TRSP settle
+        a tsnr, SUBS reveal a lost last transaction, REAC or SUBS reactivate parked tsnrs."""
         st = row.char("urbsst")
         if st in RESTART_STATUS:
-            if self.st.partial is not None:
-                # no TRAN request: after the restart its tsnr names another transaction
-                self._lose(f"replicator {st} before the transaction ended", row, request=False)
-            if not (self.st.epoch_fresh and self.st.next_u == 1):
-                self._new_epoch(st)
+            self._restart(row, st)
         elif st == "TRSP":
             self._trsp(row)
+        elif st == "SUBS" and row.char("urbsrt") == "STAT":
+            self._subs(row)
+        elif st == "REAC":
+            self._reactivated()
+        if row.echo:
+            return
         self.events.append(StatusReceived(
             subscription=self.subscription, destination=self.destination, epoch=self.st.epoch,
             fields=dict(row.fields), data=row.data, topic=row.topic, partition=row.partition,
@@ -238,20 +361,75 @@ class _Run:
             self.events.extend(initial_state.on_reply(self.st.inst, row, self.config,
                                                       self._where()))
 
+    def _restart(self, row: ElementRow, st: str) -> None:
+        """STRT/REST: numbering restarts at 1 (seed 001, rule 16) — if it is a new one.
+
+        A copy of an old STRT (a redelivered batch) is no restart: a real one is sent after
+        everything the replicator sent before, so its time must be newer than the newest
+        message seen on the destination.
+        """
+        sent = self.config.stck_ms(max(row.urbhtime, row.num("urbstime")))
+        newest = self.st.newest_sent_ms
+        if sent is not None and newest is not None and sent <= newest:
+            return
+        if not self.subscription:  # the destination-wide key: message numbers restart
+            self.st.numbering.restart()
+            return
+        if self.st.partial is not None:
+            # no TRAN request: after the restart its tsnr names another transaction
+            self._lose(f"replicator {st} before the transaction ended", row, request=False)
+        if not (self.st.epoch_fresh and self.st.next_u == 1):
+            self._new_epoch(st)
+        self.st.epoch_time = max(row.urbhtime, row.num("urbstime"))
+
     def _trsp(self, row: ElementRow) -> None:
-        """A reply to our TRAN request: rsp 131 with a final subcode ends the gap."""
+        """A reply to a TRAN request: an error settles (or parks) its own tsnr only — the
+        resend buffer is circular, the other tsnrs of the gap may still come."""
         token = self.config.request_token
         if token and row.char("urbsrtok") != token:
             return
         rsp, subc, tsnr = row.num("urbsrsp"), row.num("urbssubc"), row.num("urbstsnr")
-        if rsp != 131 or subc not in self.config.unrecoverable_subcodes:
+        action = tran_reply_action(rsp, subc)
+        if action in ("ok", "retry") or self.st.next_u is None or tsnr == 0:
             return
-        if self.st.next_u is None or tsnr == 0:
+        if self.st.epoch_time and max(row.urbhtime, row.num("urbstime")) < self.st.epoch_time:
+            return  # a reply from before the restart: its tsnr named another transaction
+        u = unwrap(tsnr, self.st.next_u)
+        gap = gaps.find(self.st.gaps, u)
+        if gap is None:
             return
-        gap = gaps.find(self.st.gaps, unwrap(tsnr, self.st.next_u))
-        if gap is not None:
-            self._close_unrecoverable(gap, gaps.trsp_reason(tsnr, rsp, subc))
-            self._release_held()
+        if action == "park":
+            gaps.park(gap, u)
+            return
+        why = gaps.trsp_reason(tsnr, rsp, subc)
+        if action == "fatal" and why.split(":", 1)[1] not in " ".join(gap.why):
+            self._notice(RequestRejected, tsnr, f"a retry cannot fix it: {why}", row, None)
+        self._settle(gap, u, why)
+
+    def _subs(self, row: ElementRow) -> None:
+        """A STAT reply. On the key's own topic it follows every transaction sent before it:
+        a tsnr it names that did not arrive is lost (a gap). Any SUBS with response 0 shows
+        the subscription active: parked tsnrs are asked again."""
+        if row.num("urbsrsp") == 0:
+            self._reactivated()
+        if not row.home or row.num("urbsrsp") != 0 or not self.subscription:
+            return
+        self.st.stat.answered = True
+        sent = row.num("urbstsnr")
+        if sent == 0 or self.st.next_u is None:
+            return
+        u = unwrap(sent, self.st.next_u)
+        if self.st.next_u <= u < self.st.next_u + WRAP_ZONE:
+            last = to_tsnr(self.st.next_u - 1) if self.st.next_u > 1 else 0
+            self._open_gap(self.st.next_u, u, f"STAT: the replicator sent up to tsnr {sent}, "
+                           f"the last one received is {last}")
+            self.st.next_u = u + 1
+
+    def _reactivated(self) -> None:
+        """The subscription is active again: tsnrs parked by TRSP 36 are asked for again."""
+        for gap in self.st.gaps:
+            if gaps.unpark(gap) and not self.st.storm.tripped:
+                self._request(gap)
 
     # ----------------------------------------------------------------- sequence
     def _complete(self) -> None:
@@ -259,14 +437,19 @@ class _Run:
         p = self.st.partial
         assert p is not None
         self.st.partial = None
-        verdict, u = self._place(p.tsnr, p.fp, p.flagged)
-        if verdict in (Verdict.DUPLICATE, Verdict.STALE):
-            self._duplicate(p.tsnr, f"{verdict}: already landed or not expected", None, p)
+        if p.tsnr == 0:
+            self._initial_state(p)
             return
-        if verdict is Verdict.INITIAL:
-            self._land(assembler.finish(p, self.key, self.st.epoch, "initial_state", self.now))
+        verdict, u = self._place(p.tsnr, p.fp, p.head["urbtttim"], p.flagged)
+        if verdict in DROPPED and p.resend and self._late_fill_old_epoch(p):
+            return
+        if verdict in DROPPED:
+            self._duplicate(p.tsnr, _DROP_REASON[verdict], None, p)
             return
         assert u is not None
+        if verdict is Verdict.LATE_FILL:
+            self._late_fill(u, p, self.st.epoch)
+            return
         self._advance(verdict, u, "transaction(s) never received")
         origin = "resend" if p.resend else "live"
         txn = assembler.finish(p, self.key, self.st.epoch, origin, self.now)
@@ -278,14 +461,30 @@ class _Run:
             self._land(txn)
         self._release_held()
 
-    def _place(self, tsnr: int, fp: int | None, flagged: bool) -> tuple[Verdict, int | None]:
+    def _initial_state(self, p: assembler.Partial) -> None:
+        """A pseudo-transaction (tsnr 0): outside the sequence, landed once."""
+        if self.st.inst.landed_before(assembler.initial_state_fingerprint(p)):
+            self._duplicate(0, "initial-state pseudo-transaction delivered again", None, p)
+            return
+        self._land(assembler.finish(p, self.key, self.st.epoch, "initial_state", self.now))
+
+    def _place(self, tsnr: int, fp: int | None, commit: int,
+               flagged: bool) -> tuple[Verdict, int | None]:
         """Classify a tsnr; a restart begins the new epoch and classifies again within it."""
-        st = self.st
-        verdict, u = classify(tsnr, fp, flagged, st.next_u, st.window, self._is_missing)
+        verdict, u = classify(tsnr, fp, commit, flagged, self._sequence())
         if verdict is Verdict.RESTART:
-            self._new_epoch("tsnr back to 1" if tsnr == 1 else f"tsnr went back to {tsnr}")
-            verdict, u = classify(tsnr, fp, flagged, st.next_u, st.window, self._is_missing)
+            self._new_epoch("tsnr back to 1" if tsnr == 1 else f"tsnr went back to {tsnr} "
+                            "with a newer commit time")
+            verdict, u = classify(tsnr, fp, commit, flagged, self._sequence())
+        if verdict in (Verdict.BASELINE, Verdict.NEXT, Verdict.AHEAD, Verdict.FILL,
+                       Verdict.LATE_FILL) and commit:
+            self.st.newest_commit = max(self.st.newest_commit or 0, commit)
         return verdict, u
+
+    def _sequence(self) -> Sequence:
+        st = self.st
+        return Sequence(st.next_u, st.window, st.newest_commit, self._is_missing,
+                        self._is_settled, st.epoch_floor)
 
     def _flagged_repeat(self, tsnr: int) -> bool:
         """A resend of a tsnr the window has landed, unless an open gap waits for that tsnr
@@ -293,10 +492,16 @@ class _Run:
         st = self.st
         if not st.window.contains_tsnr(tsnr):
             return False
-        return st.next_u is None or not self._is_missing(unwrap(tsnr, st.next_u))
+        return st.next_u is None or not (self._is_missing(unwrap(tsnr, st.next_u))
+                                         or self._is_settled(unwrap(tsnr, st.next_u)))
 
     def _is_missing(self, u: int) -> bool:
         return gaps.find(self.st.gaps, u) is not None
+
+    def _is_settled(self, u: int) -> bool:
+        """Given up as lost: in an ended gap (settled.GivenUp) or settled in an open one."""
+        return (self.st.given_up.find(self.st.epoch, u) is not None
+                or any(u in g.settled for g in self.st.gaps))
 
     def _advance(self, verdict: Verdict, u: int, reason: str, through: bool = False,
                  request: bool = True) -> None:
@@ -317,11 +522,11 @@ class _Run:
             self._open_gap(start, end, reason, request)
         st.next_u = max(st.next_u or 0, u + 1)
 
-    def _mark_missing(self, tsnr: int, fp: int | None, flagged: bool,
+    def _mark_missing(self, tsnr: int, fp: int | None, commit: int, flagged: bool,
                       request: bool = True) -> None:
         """A transaction that will not land (lost, inconsistent, too big): a gap on its tsnr."""
-        verdict, u = self._place(tsnr, fp, flagged)
-        if u is None or verdict in (Verdict.DUPLICATE, Verdict.STALE, Verdict.INITIAL):
+        verdict, u = self._place(tsnr, fp, commit, flagged)
+        if u is None or verdict in DROPPED or verdict in (Verdict.INITIAL, Verdict.LATE_FILL):
             return
         self._advance(verdict, u, f"transaction {tsnr} could not be landed", through=True,
                       request=request)
@@ -332,9 +537,9 @@ class _Run:
         previous, previous_next = st.epoch, st.next_u
         self._release_held(force=True)
         for gap in list(st.gaps):
-            self._close_unrecoverable(gap, f"replicator restarted ({reason})")
+            self._settle_all(gap, f"replicator restarted ({reason})")
         st.epoch += 1
-        st.next_u, st.epoch_fresh = 1, True
+        st.next_u, st.epoch_fresh, st.epoch_floor = 1, True, st.newest_commit
         self.events.append(EpochStarted(
             subscription=self.subscription, destination=self.destination, epoch=st.epoch,
             reason=reason, previous_epoch=previous,
@@ -343,26 +548,91 @@ class _Run:
 
     # ----------------------------------------------------------------- gaps
     def _open_gap(self, start: int, end: int, reason: str, request: bool = True) -> None:
-        new, events = gaps.open_gap(start, end, self.st.epoch, reason, self.now, self.config,
-                                    self.key, request)
-        self.st.gaps.extend(new)
-        self.events.extend(events)
+        """Open a gap, count it for the storm breaker, request it unless the breaker is open."""
+        tripped = self.st.storm.note(self.sent_ms or self.now, end - start + 1, self.config)
+        storm = self.st.storm.tripped
+        opening = gaps.open_gap(start, end, self.st.epoch, reason, self.now, self.config,
+                                self.key, request and not storm)
+        if opening.settled is not None:
+            self.st.given_up.add(self.st.epoch, *opening.settled)
+        if opening.gap is not None:
+            self.st.gaps.append(opening.gap)
+        self.events.extend(opening.events)
         self.st.count("gaps_opened")
+        if tripped:
+            self.events.append(StormTripped(
+                subscription=self.subscription, destination=self.destination,
+                epoch=self.st.epoch, gaps=len(self.st.storm.recent),
+                tsnrs=self.st.storm.tsnrs, window_ms=self.config.storm_window_ms,
+                at_ms=self.now))
         while len(self.st.gaps) > self.config.max_open_gaps:
-            self._close_unrecoverable(self.st.gaps[0], "too many open gaps (max_open_gaps)")
+            self._settle_all(self.st.gaps[0], "too many open gaps (max_open_gaps)")
+
+    def _request(self, gap: gaps.Gap) -> None:
+        self.events.append(gaps.request_round(gap, self.now, self.config, self.key))
 
     def _fill(self, u: int) -> None:
         gap = gaps.find(self.st.gaps, u)
         assert gap is not None
-        event = gaps.fill(gap, u, self.now, self.key)
-        if event is not None:
-            self.st.gaps.remove(gap)
-            self.events.append(event)
+        self._gap_event(gap, gaps.fill(gap, u, self.now, self.key))
 
-    def _close_unrecoverable(self, gap: gaps.Gap, reason: str) -> None:
-        self.st.gaps.remove(gap)
-        self.events.append(gaps.gap_event(GapUnrecoverable, gap, self.key, self.now, reason))
-        self.st.count("gaps_unrecoverable")
+    def _settle(self, gap: gaps.Gap, u: int, why: str) -> None:
+        self._gap_event(gap, gaps.settle(gap, u, why, self.now, self.key))
+        self._release_held()
+
+    def _settle_all(self, gap: gaps.Gap, why: str) -> None:
+        self._gap_event(gap, gaps.settle_all(gap, why, self.now, self.key))
+        self._release_held()
+
+    def _gap_event(self, gap: gaps.Gap, event: GapEvent | None) -> None:
+        """Report a gap's transition; an ended gap leaves the open ones, its settled
+        positions are remembered for a late fill."""
+        if event is None:
+            return
+        self.events.append(event)
+        if isinstance(event, GapRequested) or gap not in self.st.gaps:
+            return
+        if gap.done:
+            self.st.gaps.remove(gap)
+            for u in sorted(gap.settled):
+                self.st.given_up.add(gap.epoch, u, u, gap.gap_id)
+            if isinstance(event, GapUnrecoverable):
+                self.st.count("gaps_unrecoverable")
+
+    def _late_fill(self, u: int, p: assembler.Partial, epoch: int) -> None:
+        """A settled tsnr arrived after all: it never landed, so it lands now."""
+        gap = next((g for g in self.st.gaps if u in g.settled), None)
+        origin = "resend" if p.resend else "live"
+        txn = assembler.finish(p, self.key, epoch, origin, self.now)
+        if epoch == self.st.epoch:
+            self.st.window.add(p.tsnr, p.fp)
+        self._land(txn)
+        self.st.count("late_fills")
+        if gap is not None:  # an open gap: the position counts as filled after all
+            gap.settled.remove(u)
+            gap.filled.append(u)
+            return
+        gap_id = self.st.given_up.find(epoch, u) or ""
+        self.st.given_up.remove(epoch, u)
+        remaining = self.st.given_up.remaining(epoch, gap_id)
+        self.events.append(GapFilledLate(
+            subscription=self.subscription, destination=self.destination, epoch=epoch,
+            gap_id=gap_id, from_tsnr=p.tsnr, to_tsnr=p.tsnr, missing=(), requests_sent=0,
+            opened_at_ms=self.now, reason=f"transaction {p.tsnr} arrived after its gap was "
+            f"settled: landed", at_ms=self.now, settled=tuple(remaining), tsnr=p.tsnr))
+
+    def _late_fill_old_epoch(self, p: assembler.Partial) -> bool:
+        """A resend (URBTPTRN) of a tsnr settled in an earlier epoch, committed before this
+        epoch began: it belongs there and lands there."""
+        commit, floor = p.head["urbtttim"], self.st.epoch_floor
+        if floor is None or not commit or commit > floor:
+            return False
+        found = self.st.given_up.find_tsnr(p.tsnr, self.st.epoch)
+        if found is None:
+            return False
+        epoch, u, _gap_id = found
+        self._late_fill(u, p, epoch)
+        return True
 
     # ----------------------------------------------------------------- landing
     def _land(self, txn: TransactionComplete) -> None:
@@ -384,14 +654,14 @@ class _Run:
             tsnrs.add(txn.tsnr)
 
     def request_initial_states(self) -> None:
-        """One INST request per file (split at the ISN cap) for this step's resends."""
+        """INST request messages (every file of the definition) for this step's resends."""
         target = self.config.initial_state_for(self.subscription)
-        if target is None:
+        if target is None or not self.unverified:
             return
-        for fnr in sorted(self.unverified):
-            isns, tsnrs = self.unverified[fnr]
-            self.events.extend(initial_state.request(self.st.inst, target, fnr, isns, tsnrs,
-                                                     self.config, self._where()))
+        isns = {fnr: wanted for fnr, (wanted, _) in self.unverified.items()}
+        tsnrs = {t for _, ts in self.unverified.values() for t in ts}
+        self.events.extend(initial_state.request(self.st.inst, target, isns, tsnrs,
+                                                 self.config, self._where()))
         self.unverified.clear()
 
     def _where(self) -> initial_state.Where:
@@ -415,13 +685,25 @@ class _Run:
 
     # ----------------------------------------------------------------- failures
     def _lose(self, reason: str, row: ElementRow | None = None, request: bool = True) -> None:
-        """The open transaction's continuation was lost: report it and make it a gap."""
+        """The open transaction's continuation was lost: report it and make it a gap. One
+        reported lost already (a stall) is just dropped."""
         p = self.st.partial
         assert p is not None
         self.st.partial = None
+        if p.stalled:
+            return
         self._lost_event(p.tsnr, reason, row, p)
-        if p.tsnr != 0:
-            self._mark_missing(p.tsnr, p.fp, p.flagged, request)
+        self._unlanded(p, request)
+
+    def _unlanded(self, p: assembler.Partial, request: bool = True) -> None:
+        """A transaction that will not land: a gap on its tsnr, or for a pseudo-transaction
+        its INST request is incomplete (asked again)."""
+        if p.tsnr == 0:
+            fnr = p.records[0].fnr if p.records else None
+            self.events.extend(initial_state.mark_incomplete(
+                self.st.inst, p.token, p.head["urbtdbid"], fnr, self.config, self._where()))
+        else:
+            self._mark_missing(p.tsnr, p.fp, p.head["urbtttim"], p.flagged, request)
 
     def _lost_event(self, tsnr: int, reason: str, row: ElementRow | None,
                     p: assembler.Partial | None = None) -> None:
@@ -441,8 +723,8 @@ class _Run:
         assert p is not None
         self.st.partial = None
         self._inconsistent(row, p.tsnr, reason)
-        if p.tsnr != 0:
-            self._mark_missing(p.tsnr, p.fp, p.flagged)
+        if not p.stalled:
+            self._unlanded(p)
         self.st.discard = None if row.eye == "URBE" else p.tsnr
 
     def _resume_failed(self, row: ElementRow, error: str) -> None:
@@ -472,8 +754,8 @@ class _Run:
         if self.st.buffered_bytes() > limit:
             self._buffer_event(p.tsnr, "abandoned the open transaction as a gap")
             self.st.partial = None
-            if p.tsnr != 0:
-                self._mark_missing(p.tsnr, p.fp, p.flagged)
+            if not p.stalled:
+                self._unlanded(p)
             self.st.discard = p.tsnr
 
     def _buffer_event(self, tsnr: int, action: str) -> None:
@@ -497,32 +779,72 @@ class _Run:
 
     # ----------------------------------------------------------------- timers
     def timers(self) -> None:
-        """Deadlines at ``now``: retry rounds, hold timeouts, a stalled partial transaction."""
+        """Deadlines at ``now``: retry rounds and verdicts (not while the storm breaker is
+        open), hold timeouts, the partial transaction, STAT, overdue INST requests."""
         for gap in list(self.st.gaps):
             if gap.hold_until_ms is not None and self.now >= gap.hold_until_ms:
                 gap.hold_until_ms = None
-            event = gaps.retry_due(gap, self.now, self.config, self.key, self.st.newest_sent_ms)
-            if event is not None:
-                self.events.append(event)
-                if isinstance(event, GapUnrecoverable):
-                    self.st.gaps.remove(gap)
-                    self.st.count("gaps_unrecoverable")
+            if self.st.storm.tripped:
+                continue
+            self._gap_event(gap, gaps.retry_due(gap, self.now, self.config, self.key,
+                                                self.st.newest_sent_ms))
         self._release_held()
-        p, timeout = self.st.partial, self.config.partial_timeout_ms
-        if p is not None and timeout is not None and self.now >= p.touched_ms + timeout:
-            self._lose(f"no continuation within {timeout} ms")
+        self._partial_timeouts()
+        self._stat()
         self.events.extend(initial_state.overdue(self.st.inst, self.config, self._where()))
+
+    def _partial_timeouts(self) -> None:
+        """Lost by evidence: the destination sent messages ``partial_timeout_ms`` after the
+        partial's last one. Lost by processing time (``partial_stall_ms``, a stalled
+        connector): reported and requested, but kept for a late continuation."""
+        p, config = self.st.partial, self.config
+        if p is None or p.stalled:
+            return
+        last, newest = config.stck_ms(p.last_sent), self.st.newest_sent_ms
+        timeout = config.partial_timeout_ms
+        if timeout is not None and last is not None and newest is not None \
+                and newest > last + timeout:
+            self._lose(f"the destination sent messages {(newest - last) // 1000} s after the "
+                       f"transaction's last message without its continuation")
+        elif config.partial_stall_ms is not None and self.now >= p.touched_ms \
+                + config.partial_stall_ms:
+            self._lost_event(p.tsnr, f"no continuation within {config.partial_stall_ms} ms "
+                             "(processing time); kept for a late continuation", None, p)
+            self._unlanded(p)
+            p.stalled = True
+
+    def _stat(self) -> None:
+        """An idle key asks for its status (STAT): a lost last transaction shows in SUBS."""
+        due = self.st.stat.due_ms(self.config)
+        if due is None or self.now < due or not self.subscription:
+            return
+        seq = self.st.stat.ask(self.now)
+        last = to_tsnr(self.st.next_u - 1) if self.st.next_u and self.st.next_u > 1 else None
+        self.events.append(StatRequested(
+            subscription=self.subscription, destination=self.destination, epoch=self.st.epoch,
+            seq=seq, token=self.config.request_token,
+            reply_destination=self.config.reply_destination, last_tsnr=last, at_ms=self.now))
 
     def next_timeout(self) -> int | None:
         """The earliest pending deadline, strictly after now (Spark rejects anything else)."""
         deadlines = [d for g in self.st.gaps
                      for d in (g.next_retry_ms, g.hold_until_ms, g.verdict_due_ms)
-                     if d is not None]
+                     if d is not None and not (self.st.storm.tripped and d != g.hold_until_ms)]
         deadlines += self.st.inst.deadlines()
-        p, timeout = self.st.partial, self.config.partial_timeout_ms
-        if p is not None and timeout is not None:
-            deadlines.append(p.touched_ms + timeout)
+        p, stall = self.st.partial, self.config.partial_stall_ms
+        if p is not None and not p.stalled and stall is not None:
+            deadlines.append(p.touched_ms + stall)
+        stat = self.st.stat.due_ms(self.config) if self.subscription else None
+        if stat is not None:
+            deadlines.append(stat)
         return max(min(deadlines), self.now + 1) if deadlines else None
+
+
+_DROP_REASON = {
+    Verdict.DUPLICATE: "duplicate: already landed",
+    Verdict.STALE: "stale: a resend of a tsnr behind the sequence that no gap waits for",
+    Verdict.REDELIVERY: "redelivered: committed no later than the newest transaction placed",
+}
 
 
 def _tsnr_of(row: ElementRow) -> int:

@@ -16,6 +16,17 @@ from typing import NamedTuple
 
 _NO_FIELDS: Mapping[str, object] = MappingProxyType({})
 
+#: Rows the decode stage adds that are no replicator element (``eye`` starts with "!"):
+#: HEADERS_EYE — runs of URBHMSNR of a destination's messages (``first``, ``last``,
+#: ``htime``), for the destination-wide key's message continuity; TICK_EYE — the newest
+#: URBHTIME on the destination's topic (``htime``), evidence that the replicator moved on;
+#: CONTROL_EYE — an operator command from the control topic (``command``, ``by``, ``note``).
+HEADERS_EYE = "!HDR"
+TICK_EYE = "!TICK"
+CONTROL_EYE = "!CTL"
+#: ``elem_index`` of such rows: after every element of the message they sit at.
+PSEUDO_INDEX = 1 << 30
+
 
 class ElementRow(NamedTuple):
     """One URB element (URBT, URBR, URBD, URBE, URBC, URBS …) of one Kafka message.
@@ -40,6 +51,12 @@ class ElementRow(NamedTuple):
     payload: bytes | None = None
     data: bytes | None = None
     big_endian: bool | None = None  # the message's byte order (URBHBORD), kept for URBS data
+    # A copy of an element whose key is another one (a destination-wide STRT/REST fanned out
+    # to every subscription of the destination): it may change this key's state, never land.
+    echo: bool = False
+    # The message came on the topic of this key's destination (False: e.g. a copy of a reply
+    # on the reply destination's topic, which is not ordered with the key's data).
+    home: bool = True
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, object]) -> ElementRow:
@@ -83,9 +100,9 @@ class ElementRow(NamedTuple):
         return self.char(name).upper() == "Y"
 
     @property
-    def message_key(self) -> tuple[int, int, str]:
-        """Identity of the Kafka message the element came from."""
-        return (self.partition, self.offset, self.topic)
+    def message_key(self) -> tuple[int, int, str, bool]:
+        """Identity of the Kafka message the element came from (pseudo rows apart)."""
+        return (self.partition, self.offset, self.topic, self.elem_index >= PSEUDO_INDEX)
 
     @property
     def sort_key(self) -> tuple[int, int, str, int]:

@@ -11,6 +11,7 @@ import struct
 import zlib
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 
 RING = 0xFFFFFFFF  # number of valid tsnrs: 1 .. 4294967295 (0 is initial state)
@@ -25,9 +26,10 @@ def to_tsnr(u: int) -> int:
 
 
 def unwrap(tsnr: int, ref_u: int) -> int:
-    """The unwrapped position of ``tsnr`` nearest to ``ref_u`` (within half the ring)."""
+    """The unwrapped position of ``tsnr`` nearest to ``ref_u`` (within half the ring);
+    positions start at 1, so near the start of an epoch a large tsnr lies ahead."""
     d = (tsnr - to_tsnr(ref_u)) % RING
-    if d > HALF:
+    if d > HALF and ref_u + d - RING >= 1:
         d -= RING
     return ref_u + d
 
@@ -107,48 +109,78 @@ def _bump(counts: dict, key: object, delta: int) -> None:
 class Verdict(StrEnum):
     """Where a transaction's tsnr stands relative to the sequence."""
 
-    INITIAL = "initial"      # tsnr 0: initial-state data, outside the sequence
-    DUPLICATE = "duplicate"  # in the window (same content), or flagged resend of a landed tsnr
-    STALE = "stale"          # flagged resend behind the sequence, neither missing nor recent
-    BASELINE = "baseline"    # first tsnr ever seen for the key: starts the sequence
-    NEXT = "next"            # exactly the next expected tsnr
-    AHEAD = "ahead"          # later than expected: the tsnrs between are missing
-    FILL = "fill"            # a tsnr that an open gap is waiting for
-    RESTART = "restart"      # back to 1, or backwards and not a duplicate: a new epoch
+    INITIAL = "initial"          # tsnr 0: initial-state data, outside the sequence
+    DUPLICATE = "duplicate"      # in the window (same content), or flagged resend of a landed tsnr
+    REDELIVERY = "redelivery"    # committed no later than what landed: a copy from the transport
+    STALE = "stale"              # flagged resend behind the sequence, neither missing nor recent
+    BASELINE = "baseline"        # first tsnr ever seen for the key: starts the sequence
+    NEXT = "next"                # exactly the next expected tsnr
+    AHEAD = "ahead"              # later than expected: the tsnrs between are missing
+    FILL = "fill"                # a tsnr that an open gap is waiting for
+    LATE_FILL = "late_fill"      # a tsnr of an ended gap, settled as lost: it lands after all
+    RESTART = "restart"          # going back with a newer commit time: a new epoch
 
 
-def classify(
-    tsnr: int,
-    fp: int | None,
-    flagged: bool,
-    next_u: int | None,
-    window: DupWindow,
-    is_missing: Callable[[int], bool],
-) -> tuple[Verdict, int | None]:
+@dataclass(frozen=True, slots=True)
+class Sequence:
+    """What a tsnr is judged against: the key's sequence as it stands."""
+
+    next_u: int | None
+    window: DupWindow
+    newest_commit: int | None        # newest URBTTTIM placed (any epoch); None: none yet
+    is_missing: Callable[[int], bool]
+    is_settled: Callable[[int], bool]
+    floor: int | None = None         # newest URBTTTIM placed before this epoch began
+
+
+def classify(tsnr: int, fp: int | None, commit: int, flagged: bool,
+             seq: Sequence) -> tuple[Verdict, int | None]:
     """Decide what a tsnr means; returns the verdict and the unwrapped position if any.
 
-    ``flagged`` is URBTRSND or URBTPTRN: the replicator says this may be a repeat, so it never
-    starts a new epoch.
+    Evidence, in this order (a transaction already accounted for is never taken for new):
+    the duplicate window; an open gap waiting for the position (FILL) or a settled one
+    (LATE_FILL) — unless committed before this epoch began (``floor``): an earlier epoch's
+    transaction with the same number is not this one; then the commit time (URBTTTIM).
+    The replicator sends a subscription's transactions in commit order (seed 001: tsnrs
+    count them), so a transaction committed no later than the newest one placed was placed
+    already: a copy a connector re-produced after a failure (at-least-once), however far
+    back, is a REDELIVERY — never a restart and never a gap. Only a tsnr going back with a
+    *newer* commit time is a restart.
+
+    Mistakes of this rule are on the safe side: a new transaction taken for a redelivery
+    (two commits at the same STCK instant) leaves its tsnr missing, the next one opens a gap
+    and the resend fills it. ``flagged`` (URBTRSND/URBTPTRN) never starts an epoch. A commit
+    time of 0 (not set) is no evidence either way.
     """
     if tsnr == 0:
         return Verdict.INITIAL, None
-    if window.contains(tsnr, fp):
+    if seq.window.contains(tsnr, fp):
         return Verdict.DUPLICATE, None
-    if next_u is None:
-        if flagged and window.contains_tsnr(tsnr):
+    older = bool(commit) and seq.newest_commit is not None and commit <= seq.newest_commit
+    if seq.next_u is None:
+        if flagged and seq.window.contains_tsnr(tsnr):
             return Verdict.DUPLICATE, None
-        return Verdict.BASELINE, tsnr
-    u = unwrap(tsnr, next_u)
+        return (Verdict.REDELIVERY, None) if older else (Verdict.BASELINE, tsnr)
+    u = unwrap(tsnr, seq.next_u)
     # A tsnr an open gap waits for is filled even when an older epoch landed the same tsnr:
-    # the window is not epoch-aware, the gap is.
-    if is_missing(u):
+    # the window is not epoch-aware, the gap is (and the floor tells the epochs apart).
+    earlier = bool(commit) and seq.floor is not None and commit <= seq.floor
+    if seq.is_missing(u) and not earlier:
         return Verdict.FILL, u
-    if flagged and window.contains_tsnr(tsnr):
+    if seq.is_settled(u) and not earlier:
+        return Verdict.LATE_FILL, u
+    if flagged and seq.window.contains_tsnr(tsnr):
         return Verdict.DUPLICATE, None
+    if older:
+        return Verdict.REDELIVERY, u
+    return _position(tsnr, u, seq.next_u, flagged)
+
+
+def _position(tsnr: int, u: int, next_u: int, flagged: bool) -> tuple[Verdict, int | None]:
+    """A transaction newer than everything placed: next, ahead, or (going back) a restart."""
     if u == next_u:
         return Verdict.NEXT, u
-    if flagged:
-        return (Verdict.STALE if u < next_u else Verdict.AHEAD), u
-    if u < next_u or (tsnr == 1 and u - next_u > WRAP_ZONE):
-        return Verdict.RESTART, None
-    return Verdict.AHEAD, u
+    back = u < next_u or (tsnr == 1 and u - next_u > WRAP_ZONE)
+    if not back:
+        return Verdict.AHEAD, u
+    return (Verdict.STALE, u) if flagged else (Verdict.RESTART, None)

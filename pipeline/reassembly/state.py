@@ -17,7 +17,11 @@ from pipeline.reassembly.assembler import Partial
 from pipeline.reassembly.events import ImageOut, RecordOut, TransactionComplete
 from pipeline.reassembly.gaps import Gap
 from pipeline.reassembly.initial_state import InstState
+from pipeline.reassembly.numbering import Copies, Numbering
 from pipeline.reassembly.sequence import DupWindow
+from pipeline.reassembly.settled import GivenUp
+from pipeline.reassembly.stat import StatTrack
+from pipeline.reassembly.storm import Storm
 
 MAGIC = b"RA"
 VERSION = 1
@@ -30,8 +34,9 @@ class KeyState:
 
     Bounded: one partial transaction, open gaps (each at most ``max_requests_per_gap``
     positions, at most ``max_open_gaps`` of them), held transactions (capped by
-    ``max_buffered_bytes``), a fixed-size duplicate window, a few counters and at most
-    ``initial_state.MAX_TRACKED`` open INST requests.
+    ``max_buffered_bytes``), a fixed-size duplicate window, a few counters, at most
+    ``initial_state.MAX_TRACKED`` open INST requests, ``settled.MAX_RANGES`` ranges of
+    tsnrs given up and ``numbering.COPY_WINDOW`` status-message identities.
     """
 
     epoch: int = 0
@@ -44,15 +49,25 @@ class KeyState:
     held: list[tuple[int, TransactionComplete]] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
     inst: InstState = field(default_factory=InstState)  # INST requests asked and tracked
-    newest_sent_ms: int | None = None  # newest URBHTIME (Unix ms) of the data messages seen
+    newest_sent_ms: int | None = None  # newest URBHTIME (Unix ms, UTC) seen on the destination
+    newest_commit: int | None = None   # newest URBTTTIM (raw STCK) placed, over all epochs
+    epoch_floor: int | None = None     # newest URBTTTIM placed before the epoch began
+    epoch_time: int = 0                # STCK of the STRT/REST that began the epoch (0: none)
+    given_up: GivenUp = field(default_factory=GivenUp)  # settled tsnrs of ended gaps
+    storm: Storm = field(default_factory=Storm)
+    stat: StatTrack = field(default_factory=StatTrack)
+    numbering: Numbering = field(default_factory=Numbering)  # the destination-wide key's
+    copies: Copies = field(default_factory=Copies)  # status-only messages seen
 
     def clone(self) -> KeyState:
         """A deep copy, so ``step`` never changes the state object it was given."""
         return copy.deepcopy(self)
 
     def is_empty(self) -> bool:
-        """Nothing worth keeping: the state Spark may drop."""
-        return self == KeyState(window=DupWindow(self.window.size))
+        """Nothing worth keeping: the state Spark may drop (a key that only ever saw a GFFT
+        keeps nothing, not even the time it was sent)."""
+        return self == KeyState(window=DupWindow(self.window.size),
+                                newest_sent_ms=self.newest_sent_ms)
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
@@ -70,7 +85,11 @@ class KeyState:
             "discard": self.discard, "gaps": [g.to_obj() for g in self.gaps],
             "held": [[u, _txn_obj(t, blob)] for u, t in self.held],
             "counters": self.counters, "inst": self.inst.to_obj(),
-            "sent_ms": self.newest_sent_ms,
+            "sent_ms": self.newest_sent_ms, "commit": self.newest_commit,
+            "floor": self.epoch_floor, "epoch_time": self.epoch_time,
+            "given_up": self.given_up.to_obj(), "storm": self.storm.to_obj(),
+            "stat": self.stat.to_obj(), "numbering": self.numbering.to_obj(),
+            "copies": self.copies.to_obj(),
         }
         text = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
         body = struct.pack(">I", len(text)) + text + bytes(blob)
@@ -94,6 +113,13 @@ class KeyState:
             counters=dict(doc["counters"]),
             inst=InstState.from_obj(doc.get("inst")),  # absent in states written before INST
             newest_sent_ms=doc.get("sent_ms"),
+            # absent in states written before issue 14: their defaults
+            newest_commit=doc.get("commit"), epoch_floor=doc.get("floor"),
+            epoch_time=doc.get("epoch_time", 0),
+            given_up=GivenUp.from_obj(doc.get("given_up")),
+            storm=Storm.from_obj(doc.get("storm")), stat=StatTrack.from_obj(doc.get("stat")),
+            numbering=Numbering.from_obj(doc.get("numbering")),
+            copies=Copies.from_obj(doc.get("copies")),
         )
 
 
@@ -119,7 +145,7 @@ def _images_from(objs: list[list], blob: memoryview) -> list[ImageOut]:
 
 
 _PARTIAL_PLAIN = ("tsnr", "head", "token", "sent_time", "topic", "first", "last", "cont",
-                  "touched_ms", "dsnr", "nimg", "nbytes", "msnrs")
+                  "touched_ms", "dsnr", "nimg", "nbytes", "msnrs", "last_sent", "stalled")
 
 
 def _partial_obj(p: Partial, blob: bytearray) -> dict:
@@ -130,7 +156,7 @@ def _partial_obj(p: Partial, blob: bytearray) -> dict:
 
 
 def _partial_from(obj: dict, blob: memoryview) -> Partial:
-    plain = {name: obj[name] for name in _PARTIAL_PLAIN}
+    plain = {name: obj[name] for name in _PARTIAL_PLAIN if name in obj}
     plain["first"], plain["last"] = tuple(plain["first"]), tuple(plain["last"])
     return Partial(**plain, records=[RecordOut(*r) for r in obj["records"]],
                    images=_images_from(obj["images"], blob))

@@ -11,9 +11,16 @@ Conventions (the Spark glue relies on them):
 - Alerts and requests carry an ``idempotency_key`` built from what they describe (never from
   wall time), so a replayed batch produces the same keys and consumers can drop repeats.
 - ``duplicates`` (one row per dropped duplicate) is extra, for counting; write it or not.
+- ``gaps`` rows carry ``kind`` ('tsnr', or 'messages' for a hole in URBHMSNR: state 'lost',
+  the message numbers in ``from_tsnr``/``to_tsnr``), and ``filled_tsnrs``/``settled_tsnrs``:
+  a gap ends when each tsnr is filled or settled, and its last row says which. A settled tsnr
+  that lands later adds a row in state 'filled_late' whose ``settled_tsnrs`` are the gap's
+  tsnrs still lost (``missing_count`` their number).
 - ``requests`` holds every request to send: ``kind`` 'TRAN' (one tsnr each, ``tsnr``,
-  ``attempt``, ``gap_id``) or 'INST' (``initial_state``, ``dbid``, ``fnr``, ``isns``,
-  ``request_id``); the columns of the other kind are None.
+  ``attempt``, ``gap_id``), 'INST' (one row per file of one request message: the rows of a
+  message share ``request_id`` and ``idempotency_key``, each has its ``fnr`` and ``isns``;
+  a file without ISNs selects none of its records) or 'STAT' (``request_id`` 'stat:<n>');
+  the columns of the other kinds are None.
 - ``layouts`` holds one row per GFFT (URBF) seen: the layout version's key (dbid, fnr, gfid,
   ``created`` = URBFTIM1; the raw STCK as decimal digits in ``created_stck``), ``layout_json``
   (``RecordLayout.to_dict`` with the GFFT's own column names), ``ddl``, ``gfft_json`` (URBF +
@@ -40,6 +47,7 @@ from pipeline.reassembly.events import (
     Event,
     GapEvent,
     GapFilled,
+    GapFilledLate,
     GapOpened,
     GapRequested,
     GapUnrecoverable,
@@ -50,8 +58,13 @@ from pipeline.reassembly.events import (
     LayoutReceived,
     LayoutRejected,
     LostContinuation,
+    MessagesMissing,
     RecordOut,
+    RequestRejected,
+    StatRequested,
     StatusReceived,
+    StormResumed,
+    StormTripped,
     TransactionComplete,
 )
 from pipeline.urb import stck
@@ -62,9 +75,12 @@ TOD_EPOCH = stck.TOD_EPOCH
 UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 ALERT_STATUSES = frozenset({"LOST", "DEAC"})
 GAP_STATES = {GapOpened: "open", GapRequested: "requested", GapFilled: "filled",
-              GapUnrecoverable: "unrecoverable"}
+              GapUnrecoverable: "unrecoverable", GapFilledLate: "filled_late",
+              MessagesMissing: "lost"}
+GAP_SEVERITY = {"open": "warning", "requested": "warning", "filled": "info",
+                "filled_late": "info", "lost": "warning"}
 INST_SEVERITY = {"requested": "info", "started": "info", "completed": "info",
-                 "overdue": "warning", "failed": "critical"}
+                 "overdue": "warning", "incomplete": "warning", "failed": "critical"}
 _INST_COLUMNS = {"initial_state": None, "dbid": None, "fnr": None, "isns": None,
                  "request_id": None}
 
@@ -195,22 +211,26 @@ def _names(e: object) -> dict:
 
 def _gap(e: GapEvent, now_ms: int, out: Rows) -> None:
     state = GAP_STATES[type(e)]
-    closed = state in ("filled", "unrecoverable")
+    closed = state in ("filled", "unrecoverable", "filled_late", "lost")
+    late = isinstance(e, GapFilledLate)
     out["gaps"].append({
         **_names(e), "gap_id": e.gap_id, "from_tsnr": e.from_tsnr, "to_tsnr": e.to_tsnr,
-        "state": state, "requests_sent": e.requests_sent, "missing_count": len(e.missing),
+        "state": state, "requests_sent": e.requests_sent,
+        "missing_count": len(e.settled) if late else len(e.missing),
         "opened_at": ms_to_datetime(e.opened_at_ms), "updated_at": ms_to_datetime(e.at_ms),
         "closed_at": ms_to_datetime(e.at_ms) if closed else None, "reason": e.reason,
+        "kind": e.kind, "filled_tsnrs": list(e.filled), "settled_tsnrs": list(e.settled),
     })
     attempt = e.attempt if isinstance(e, GapRequested) else 0
-    kind = f"gap_{state}"
-    suffix = f"|{attempt}" if isinstance(e, GapRequested) else ""
-    severity = {"open": "warning", "requested": "warning", "filled": "info"}.get(state, "critical")
-    _alert(out, e, kind, severity,
-           f"gap {e.from_tsnr}..{e.to_tsnr} {state}" + (f": {e.reason}" if e.reason else ""),
+    kind = "messages_missing" if isinstance(e, MessagesMissing) else f"gap_{state}"
+    suffix = f"|{attempt}" if isinstance(e, GapRequested) else f"|{e.tsnr}" if late else ""
+    what = "messages" if isinstance(e, MessagesMissing) else "gap"
+    _alert(out, e, kind, GAP_SEVERITY.get(state, "critical"),
+           f"{what} {e.from_tsnr}..{e.to_tsnr} {state}" + (f": {e.reason}" if e.reason else ""),
            f"{e.gap_id}{suffix}",
-           {"gap_id": e.gap_id, "from_tsnr": e.from_tsnr, "to_tsnr": e.to_tsnr,
-            "missing": list(e.missing), "requests_sent": e.requests_sent, "attempt": attempt,
+           {"gap_id": e.gap_id, "kind": e.kind, "from_tsnr": e.from_tsnr,
+            "to_tsnr": e.to_tsnr, "missing": list(e.missing), "filled": list(e.filled),
+            "settled": list(e.settled), "requests_sent": e.requests_sent, "attempt": attempt,
             "reason": e.reason})
     if isinstance(e, GapRequested):
         _requests(e, out)
@@ -226,21 +246,37 @@ def _requests(e: GapRequested, out: Rows) -> None:
 
 
 def _inst_requested(e: InitialStateRequested, now_ms: int, out: Rows) -> None:
-    """One INST request row (the sink sends it) and its info alert."""
-    out["requests"].append({
-        **_names(e), "tsnr": None, "token": e.token, "reply_destination": e.reply_destination,
-        "attempt": 1, "gap_id": None, "requested_at": ms_to_datetime(e.at_ms),
-        "idempotency_key": f"{e.destination}|{e.subscription}|INST|{e.request_id}",
-        "kind": "INST", "initial_state": e.name, "dbid": e.dbid, "fnr": e.fnr,
-        "isns": list(e.isns), "request_id": e.request_id,
-    })
+    """One INST request message: a row per file (the sink sends them as one message with a
+    URBI each), and its info alert."""
+    for fnr, isns in e.files:
+        out["requests"].append({
+            **_names(e), "tsnr": None, "token": e.token,
+            "reply_destination": e.reply_destination, "attempt": 1, "gap_id": None,
+            "requested_at": ms_to_datetime(e.at_ms),
+            "idempotency_key": f"{e.destination}|{e.subscription}|INST|{e.request_id}",
+            "kind": "INST", "initial_state": e.name, "dbid": e.dbid, "fnr": fnr,
+            "isns": list(isns), "request_id": e.request_id,
+        })
+    files = ", ".join(f"{e.dbid}/{fnr}" for fnr, isns in e.files if isns)
+    why = f"after {e.reason}" if e.reason else f"resent transaction(s) {_short(e.tsnrs)}"
     _alert(out, e, "initial_state_requested", "info",
-           f"initial state {e.name} requested for {len(e.isns)} ISN(s) of file {e.dbid}/{e.fnr}"
-           f" (resent transaction(s) {_short(e.tsnrs)})", f"{e.request_id}|requested",
+           f"initial state {e.name} requested for {e.isn_count} ISN(s) of file(s) {files} "
+           f"({why})", f"{e.request_id}|requested",
            {"request_id": e.request_id, "state": "requested", "initial_state": e.name,
-            "dbid": e.dbid, "fnr": e.fnr, "token": e.token, "isn_count": len(e.isns),
-            "tsnrs": list(e.tsnrs), "rsp": 0, "subcode": 0, "reason": "",
-            "requested_at_ms": e.at_ms})
+            "dbid": e.dbid, "files": {str(f): len(i) for f, i in e.files}, "token": e.token,
+            "isn_count": e.isn_count, "tsnrs": list(e.tsnrs), "rsp": 0, "subcode": 0,
+            "reason": e.reason, "requested_at_ms": e.at_ms})
+
+
+def _stat_requested(e: StatRequested, now_ms: int, out: Rows) -> None:
+    """A STAT request row (the sink sends it); routine, so no alert."""
+    out["requests"].append({
+        **_names(e), "tsnr": e.last_tsnr, "token": e.token,
+        "reply_destination": e.reply_destination, "attempt": e.seq, "gap_id": None,
+        "requested_at": ms_to_datetime(e.at_ms),
+        "idempotency_key": f"{e.destination}|{e.subscription}|STAT|{e.seq}",
+        "kind": "STAT", **_INST_COLUMNS, "request_id": f"stat:{e.seq}",
+    })
 
 
 def _inst_changed(e: InitialStateChanged, now_ms: int, out: Rows) -> None:
@@ -260,11 +296,37 @@ def _short(values: tuple[int, ...], shown: int = 5) -> str:
 
 
 def _lost(e: LostContinuation, now_ms: int, out: Rows) -> None:
-    _alert(out, e, "lost_continuation", "critical",
-           f"transaction {e.tsnr} lost its continuation: {e.reason}",
+    _tsnr_alert(out, e, "lost_continuation", f"transaction {e.tsnr} lost its continuation")
+
+
+def _rejected(e: RequestRejected, now_ms: int, out: Rows) -> None:
+    _tsnr_alert(out, e, "request_rejected", f"TRAN request for tsnr {e.tsnr} rejected")
+
+
+def _tsnr_alert(out: Rows, e: LostContinuation | RequestRejected, kind: str,
+                what: str) -> None:
+    """A critical alert about one tsnr seen at one Kafka position."""
+    _alert(out, e, kind, "critical", f"{what}: {e.reason}",
            f"{e.tsnr}|{e.topic}|{e.partition}|{e.offset}",
            {"tsnr": e.tsnr, "reason": e.reason, "topic": e.topic, "partition": e.partition,
             "offset": e.offset})
+
+
+def _storm(e: StormTripped, now_ms: int, out: Rows) -> None:
+    _alert(out, e, "storm_tripped", "critical",
+           f"sequence scrambled: ordering or transport problem — {e.gaps} gaps / {e.tsnrs} "
+           f"tsnrs within {e.window_ms // 1000} s; requests for {e.destination}/"
+           f"{e.subscription} stopped (check that the topic has one partition and the "
+           f"connector keeps order; then: urbpipe gaps resume {e.destination}/"
+           f"{e.subscription})", str(e.at_ms),
+           {"gaps": e.gaps, "tsnrs": e.tsnrs, "window_ms": e.window_ms})
+
+
+def _resumed(e: StormResumed, now_ms: int, out: Rows) -> None:
+    _alert(out, e, "storm_resumed", "info",
+           f"requests for {e.destination}/{e.subscription} resumed by {e.by or 'an operator'}"
+           f" ({e.open_gaps} open gap(s) asked again)" + (f": {e.note}" if e.note else ""),
+           str(e.at_ms), {"by": e.by, "note": e.note, "open_gaps": e.open_gaps})
 
 
 def _epoch(e: EpochStarted, now_ms: int, out: Rows) -> None:
@@ -386,5 +448,6 @@ _HANDLERS: dict[type, Callable[..., None]] = {
     EpochStarted: _epoch, StatusReceived: _status, BufferLimitExceeded: _buffer,
     Inconsistent: _inconsistent, DuplicateDropped: _duplicate,
     InitialStateRequested: _inst_requested, InitialStateChanged: _inst_changed,
-    LayoutReceived: _layout, LayoutRejected: _layout_rejected,
+    LayoutReceived: _layout, LayoutRejected: _layout_rejected, StatRequested: _stat_requested,
+    RequestRejected: _rejected, StormTripped: _storm, StormResumed: _resumed,
 }

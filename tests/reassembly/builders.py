@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from pipeline.reassembly.rows import ElementRow
+from pipeline.reassembly.rows import PSEUDO_INDEX, TICK_EYE, ElementRow
 
 SUB, DEST = "COLOR", "OUT1"
 KEY = (DEST, SUB)
 STCK_2004 = 0xBB57F5D2AEE40D22  # 2004-06-09 15:22:52.385856 UTC
+#: ``TxnSpec.later`` for the transactions of a new epoch: well after every earlier one.
+RESTARTED = 10**10
 
 
 def stck(us_after: int) -> int:
@@ -42,6 +44,9 @@ class TxnSpec:
     token: str = ""
     dbid: int = 10006
     ttim: int | None = None
+    # Commit times follow tsnrs (the replicator sends in commit order); after a restart the
+    # numbering starts again but time goes on: ``later`` shifts the default commit time.
+    later: int = 0
     dcnts: tuple[int, ...] | None = None  # override URBRDCNT per record (inconsistency tests)
     rcnt: int | None = None               # override URBTRCNT
     acode: int = 819
@@ -50,7 +55,7 @@ class TxnSpec:
 
     @property
     def commit_time(self) -> int:
-        return self.ttim if self.ttim is not None else stck(self.tsnr * 1000)
+        return self.ttim if self.ttim is not None else stck(self.later + self.tsnr * 1000)
 
 
 def txn(tsnr: int, n_records: int = 1, images: Sequence[str] = ("B", "A"), size: int = 8,
@@ -217,6 +222,13 @@ def redeliver(feed: Feed, msg: list[ElementRow]) -> list[ElementRow]:
     """The same message again at a new offset, as a producer retry delivers it."""
     elems = [Elem(r.eye, dict(r.fields), r.payload, r.data) for r in msg]
     return feed.message(elems, msnr=msg[0].urbhmsnr)
+
+
+def tick(feed: Feed, htime: int) -> ElementRow:
+    """The decode stage's destination tick after the feed's last message: the newest
+    URBHTIME seen on the topic (other subscriptions' messages included)."""
+    return ElementRow(feed.topic, feed.partition, max(feed.offset - 1, 0), PSEUDO_INDEX, 0, 0,
+                      TICK_EYE, {"htime": htime})
 
 
 def statuses(feed: Feed, *elems: Elem) -> list[ElementRow]:

@@ -14,7 +14,7 @@ from pipeline.reassembly.events import (
     TransactionComplete,
 )
 from pipeline.reassembly.rows import ElementRow
-from tests.reassembly.builders import Elem, Feed, Harness, elements, txn
+from tests.reassembly.builders import Elem, Feed, Harness, elements, resend_of, tick, txn
 
 # element layout of txn(1, 2): T R D D R D D E  (indexes 0..7)
 SPLIT_R_D = [2]        # between URBR 1 and its first URBD
@@ -196,16 +196,60 @@ def test_status_message_between_continuations_does_not_break_them() -> None:
     assert h.landed(events) == [1]
 
 
-def test_partial_times_out_as_lost() -> None:
+def test_partial_is_lost_once_the_destination_moved_on() -> None:
+    """Rule 12 of seed 001: a transaction's messages go out one after the other, so a
+    message of the destination sent ``partial_timeout_ms`` after the partial's last one (here
+    through the destination tick the decode stage adds) proves the continuation lost."""
     from pipeline.reassembly.config import ReassemblyConfig
 
-    h = Harness(ReassemblyConfig(partial_timeout_ms=5_000))
-    first = [r for r in Feed().send(txn(1, 2), cuts=[3]) if r.offset == 0]
+    h = Harness(ReassemblyConfig(partial_timeout_ms=5_000, partial_stall_ms=None))
+    feed = Feed()
+    first = [r for r in feed.send(txn(1, 2), cuts=[3]) if r.offset == 0]
     h.feed(first, now_ms=10_000)
-    assert h.timeout == 15_000
-    events = h.fire()
-    assert [e.tsnr for e in only(events, LostContinuation)] == [1]
+    assert h.timeout is None  # no processing-time timer without a stall bound
+    sent = first[0].urbhtime
+    assert only(h.feed([tick(feed, sent + (4_000_000 << 12))]), LostContinuation) == []
+    events = h.feed([tick(feed, sent + (5_001_000 << 12))])
+    [lost] = only(events, LostContinuation)
+    assert lost.tsnr == 1 and "5 s after" in lost.reason
     assert only(events, GapRequested)[0].tsnrs == (1,)
+
+
+def test_a_stalled_connector_reports_the_partial_lost_but_the_late_continuation_lands() -> None:
+    """Issue 14.9: the connector stalls in the middle of a transaction and sends nothing.
+    After ``partial_stall_ms`` of processing time the partial is reported lost and asked
+    for, but kept: its real continuation, when it comes, completes it (the resend that
+    follows is then a duplicate)."""
+    from pipeline.reassembly.config import ReassemblyConfig
+    from pipeline.reassembly.events import DuplicateDropped, GapFilled
+
+    h = Harness(ReassemblyConfig(partial_stall_ms=60_000))
+    feed = Feed()
+    rows = feed.send(txn(1), txn(2, 2), cuts=[7])
+    h.feed([r for r in rows if r.offset == 0], now_ms=10_000)
+    assert h.timeout == 70_000
+    events = h.fire()
+    assert [e.tsnr for e in only(events, LostContinuation)] == [2]
+    assert only(events, GapRequested)[0].tsnrs == (2,)
+    assert h.state.partial is not None and h.state.partial.stalled
+    events = h.feed([r for r in rows if r.offset == 1], now_ms=700_000)  # 11 min later
+    assert h.landed(events) == [2] and only(events, GapFilled)
+    assert [t.origin for t in h.of(TransactionComplete, events)] == ["live"]
+    events = h.feed(feed.send(resend_of(txn(2, 2))))
+    assert h.landed(events) == [] and only(events, DuplicateDropped)
+
+
+def test_a_stalled_partial_is_dropped_quietly_when_a_new_transaction_starts() -> None:
+    from pipeline.reassembly.config import ReassemblyConfig
+
+    h = Harness(ReassemblyConfig(partial_stall_ms=60_000))
+    feed = Feed()
+    rows = feed.send(txn(1), txn(2, 2), cuts=[7])
+    h.feed([r for r in rows if r.offset == 0], now_ms=10_000)
+    h.fire()
+    events = h.feed(feed.send(txn(3)))
+    assert h.landed(events) == [3] and only(events, LostContinuation) == []
+    assert h.state.partial is None
 
 
 def test_row_order_inside_batch_does_not_matter() -> None:

@@ -87,24 +87,92 @@ def test_retries_back_off_then_gap_is_unrecoverable() -> None:
     assert h.state.gaps == []
 
 
-def test_resend_after_gap_was_given_up_is_dropped_not_restart() -> None:
-    h, feed = with_gap(ReassemblyConfig(max_retries=0, retry_initial_ms=10))
+def test_resend_after_gap_was_settled_lands_as_a_late_fill() -> None:
+    """Issue 14.5: a resend that arrives after its gap was given up never landed: it lands
+    (gap state filled_late, the tsnrs still lost named), and a second copy is a duplicate."""
+    from pipeline.reassembly.events import DuplicateDropped, EpochStarted, GapFilledLate
+
+    h, feed = with_gap(ReassemblyConfig(max_retries=0, retry_initial_ms=10,
+                                        verdict_wait_ms=0))
     h.fire()
-    assert h.of(GapUnrecoverable)
+    [gone] = h.of(GapUnrecoverable)
+    assert gone.settled == (3, 4, 5) and h.state.gaps == []
     events = h.feed(feed.send(resend_of(txn(4))))
-    assert h.landed(events) == []
-    from pipeline.reassembly.events import DuplicateDropped, EpochStarted
-    assert only(events, EpochStarted) == [] and len(only(events, DuplicateDropped)) == 1
+    assert h.landed(events) == [4]
+    [late] = only(events, GapFilledLate)
+    assert (late.gap_id, late.tsnr, late.settled) == ("0:3", 4, (3, 5))
+    assert only(events, EpochStarted) == [] and only(events, DuplicateDropped) == []
+    events = h.feed(feed.send(resend_of(txn(4))))
+    assert h.landed(events) == [] and len(only(events, DuplicateDropped)) == 1
 
 
-@pytest.mark.parametrize("subc", [34, 35, 36, 37])
-def test_trsp_error_makes_gap_unrecoverable(subc: int) -> None:
+@pytest.mark.parametrize("subc", [34, 35, 37])
+def test_trsp_error_settles_only_its_own_tsnr(subc: int) -> None:
+    """Issue 14.4: the resend buffer is circular; a TRSP error for the oldest tsnr of a gap
+    says nothing about the newer ones, whose resends do arrive and land."""
     h, feed = with_gap()
-    events = h.feed(statuses(feed, trsp(4, subc, rtok="TOK1")))
+    events = h.feed(statuses(feed, trsp(3, subc, rtok="TOK1")))
+    assert only(events, GapUnrecoverable) == [] and len(only(events, StatusReceived)) == 1
+    [gap] = h.state.gaps
+    assert (gap.missing, gap.settled) == ([4, 5], [3])
+    events = h.feed(feed.send(resend_of(txn(4)), resend_of(txn(5))))
+    assert h.landed(events) == [4, 5]
     [gone] = only(events, GapUnrecoverable)
-    assert f"subcode {subc}" in gone.reason and "tsnr 4" in gone.reason
-    assert len(only(events, StatusReceived)) == 1
+    assert (gone.filled, gone.settled) == ((4, 5), (3,))
+    assert f"subcode {subc}" in gone.reason and "lost: 3" in gone.reason
     assert h.state.gaps == [] and h.timeout is None
+
+
+def test_trsp_errors_for_every_tsnr_end_the_gap_unrecoverable() -> None:
+    h, feed = with_gap()
+    events = h.feed(statuses(feed, *(trsp(t, 35, rtok="TOK1") for t in (3, 4, 5))))
+    [gone] = only(events, GapUnrecoverable)
+    assert (gone.filled, gone.settled) == ((), (3, 4, 5))
+    assert h.state.gaps == []
+
+
+@pytest.mark.parametrize("subc", [31, 32, 33, 38, 39, 43])
+def test_trsp_error_a_retry_cannot_fix_is_settled_at_once_with_a_critical_alert(
+        subc: int) -> None:
+    from pipeline.reassembly.events import RequestRejected
+    from pipeline.reassembly.tables import events_to_rows
+
+    h, feed = with_gap()
+    events = h.feed(statuses(feed, trsp(3, subc, rtok="TOK1"), trsp(4, subc, rtok="TOK1")))
+    [rejected] = only(events, RequestRejected)  # once per gap and cause
+    assert rejected.tsnr == 3 and f"subcode {subc}" in rejected.reason
+    assert h.state.gaps[0].settled == [3, 4]
+    [alert] = [a for a in events_to_rows(events, 0)["alerts"]
+               if a["kind"] == "request_rejected"]
+    assert alert["severity"] == "critical"
+
+
+def test_trsp_36_parks_the_tsnr_until_the_subscription_is_active_again() -> None:
+    """Issue 14.11: 'subscription not active' is not final: the tsnr is not asked for while
+    parked, and asked again when a REAC (or a SUBS with response 0) shows it active."""
+    from tests.reassembly.builders import status
+
+    h, feed = with_gap()
+    events = h.feed(statuses(feed, trsp(4, 36, rtok="TOK1")))
+    assert only(events, GapUnrecoverable) == []
+    [gap] = h.state.gaps
+    assert (gap.missing, gap.parked) == ([3, 5], [4])
+    [req] = only(h.fire(), GapRequested)
+    assert req.tsnrs == (3, 5)
+    [req] = only(h.feed(statuses(feed, status("REAC"))), GapRequested)
+    assert req.tsnrs == (3, 4, 5)
+
+
+def test_stale_trsp_from_before_a_restart_settles_nothing() -> None:
+    from tests.reassembly.builders import RESTARTED, status
+
+    h = Harness(CFG)
+    feed = Feed()
+    old_reply = statuses(feed, trsp(2, 35, rtok="TOK1"))  # sent before the restart ...
+    h.feed(statuses(feed, status("STRT")) + feed.send(txn(1, later=RESTARTED),
+                                                      txn(4, later=RESTARTED)))
+    h.feed([r._replace(offset=feed.offset) for r in old_reply])  # ... read after it
+    assert h.state.gaps[0].missing == [2, 3]
 
 
 @pytest.mark.parametrize(("tsnr", "subc", "rsp", "rtok"), [
@@ -175,7 +243,8 @@ def test_hold_policy_releases_on_timeout() -> None:
 
 def test_hold_policy_releases_when_gap_unrecoverable() -> None:
     h, feed = with_gap(HOLD)
-    events = h.feed(statuses(feed, trsp(3, 35)))
+    assert h.landed(h.feed(statuses(feed, trsp(3, 35)))) == []   # 4 and 5 still awaited
+    events = h.feed(statuses(feed, trsp(4, 35), trsp(5, 35)))
     assert h.landed(events) == [6]
 
 

@@ -11,7 +11,7 @@ from pipeline.payload.gfft import gfft_from_layout, gfft_view
 from pipeline.reassembly.events import LayoutReceived, LayoutRejected, TransactionComplete
 from pipeline.reassembly.rows import ElementRow
 from pipeline.reassembly.tables import events_to_rows, stck_to_datetime
-from pipeline.spark.decode_stage import RecordDecoder
+from pipeline.spark.decode_stage import Covered, RecordDecoder
 from pipeline.urb import encode_message, make_element
 from tests.reassembly.builders import STCK_2004, Elem, Feed, Harness, elements, txn
 
@@ -118,9 +118,10 @@ def test_decode_stage_hands_over_the_urbgs_and_the_bytes() -> None:
     el = make_element("URBF", urbfdbid=10006, urbffnr=4, urbfgfid="GFB1", urbftim1=STCK_2004,
                       groups=gfft_from_layout(LAYOUT))
     value = encode_message(make_element("URBH"), [el], ebcdic=True, big_endian=True)
-    decoder = RecordDecoder({"t": "OUT1"}, "OUT1", "cp037")
-    [rec] = decoder.rows("t", 0, 7, b"COLOR", value)
-    rows, warnings = decoder.element_rows("t", 0, 7, b"COLOR", value, ("OUT1", "COLOR"), 0)
+    decoder = RecordDecoder({"t": "OUT1"}, "OUT1", "cp037",
+                            covered={"OUT1": [Covered("COLOR", 10006, frozenset({4}))]})
+    [rec] = decoder.rows("t", 0, 7, None, value)  # routed by its file, not a Kafka key
+    rows, warnings = decoder.element_rows("t", 0, 7, None, value, ("OUT1", "COLOR"), 0)
     assert rec["subscription"] == "COLOR" and not warnings
     h = Harness(now_ms=NOW)
     [event] = h.feed(rows)

@@ -75,12 +75,13 @@ def test_a_landed_resend_requests_exactly_its_updated_isns_once_per_file() -> No
     h, feed = with_gap()
     events = h.feed(feed.send(resend_of(txn(3, n_records=2)), resend_of(txn(4, n_records=1))))
     [req] = h.of(InitialStateRequested, events)
-    assert (req.name, req.dbid, req.fnr, req.isns, req.tsnrs) == (
-        "ICOLOR", 10006, 4, (101, 102), (3, 4))
+    assert (req.name, req.dbid, req.files, req.tsnrs) == (
+        "ICOLOR", 10006, ((4, (101, 102)),), (3, 4))
     assert (req.request_id, req.token, req.reply_destination) == ("job:1", JOB_TOKEN, "REPLY")
     rows = events_to_rows(events, h.now)
     [row] = rows["requests"]
     assert row["kind"] == "INST" and row["isns"] == [101, 102] and row["tsnr"] is None
+    assert row["fnr"] == 4
     assert row["idempotency_key"] == "OUT1|COLOR|INST|job:1"
     alert = next(a for a in rows["alerts"] if a["kind"] == "initial_state_requested")
     assert alert["severity"] == "info" and alert["details"]["isn_count"] == 2
@@ -98,7 +99,7 @@ def test_deletes_other_files_and_other_databases_are_not_requested() -> None:
     elems = typed(elements(spec), types={1: "D"}, fnrs={3: 9}, isns={4: 101})
     events = h.feed(feed.message(elems))
     [req] = h.of(InitialStateRequested, events)
-    assert req.isns == (101, 102), "D (101 as rsnr 1) skipped, fnr 9 skipped, 101 once"
+    assert req.files == ((4, (101, 102)),), "D (101 as rsnr 1) skipped, fnr 9 skipped, 101 once"
     other_db = replace(resend_of(txn(4)), dbid=12)
     assert not h.of(InitialStateRequested, h.feed(feed.send(other_db)))
 
@@ -116,7 +117,7 @@ def test_the_isn_cap_splits_one_file_into_several_requests() -> None:
     h, feed = with_gap(replace(CFG, max_isns_per_request=2))
     events = h.feed(feed.send(resend_of(txn(3, n_records=5))))
     reqs = h.of(InitialStateRequested, events)
-    assert [r.isns for r in reqs] == [(101, 102), (103, 104), (105,)]
+    assert [r.files for r in reqs] == [((4, (101, 102)),), ((4, (103, 104)),), ((4, (105,)),)]
     assert [r.request_id for r in reqs] == ["job:1", "job:2", "job:3"]
 
 
@@ -250,9 +251,10 @@ def test_requests_cover_exactly_the_unverified_isns_within_the_cap(records, cap)
                   fnrs={i + 1: f for i, (_, _, f) in enumerate(records)})
     reqs = h.of(InitialStateRequested, h.feed(feed.message(elems)))
     want = {isn for t, isn, f in records if t in "IU" and f == 4}
-    got = [isn for r in reqs for isn in r.isns]
+    got = [isn for r in reqs for _, isns in r.files for isn in isns]
     assert sorted(got) == sorted(want) and len(got) == len(set(got))
-    assert all(1 <= len(r.isns) <= cap and list(r.isns) == sorted(r.isns) for r in reqs)
+    assert all(1 <= r.isn_count <= cap and [list(i) == sorted(i) for _, i in r.files]
+               for r in reqs)
     assert [r.request_id for r in reqs] == [f"job:{i}" for i in range(1, len(reqs) + 1)]
 
 

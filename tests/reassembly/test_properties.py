@@ -26,7 +26,7 @@ from pipeline.reassembly.machine import step
 from pipeline.reassembly.rows import ElementRow
 from pipeline.reassembly.state import KeyState
 from pipeline.reassembly.tables import events_to_rows
-from tests.reassembly.builders import KEY, Feed, Harness, TxnSpec, elements, redeliver
+from tests.reassembly.builders import KEY, Feed, Harness, TxnSpec, elements, redeliver, stck
 
 # REASSEMBLY_EXAMPLES=5000 for a longer soak run
 SETTINGS = settings(max_examples=int(os.environ.get("REASSEMBLY_EXAMPLES", "150")), deadline=None,
@@ -42,7 +42,8 @@ def streams(draw: st.DrawFn, max_txns: int = 8) -> tuple[list[TxnSpec], list[int
     """Consecutive transactions (maybe across the wrap), global cut points, URBC convention."""
     base = draw(st.sampled_from([1, 1000, TOP - 3]))
     shapes = draw(st.lists(records, min_size=1, max_size=max_txns))
-    specs = [TxnSpec(tsnr=(base + i - 1) % TOP + 1, records=shape)
+    # commit times follow the sequence (across the wrap too), as the replicator's do
+    specs = [TxnSpec(tsnr=(base + i - 1) % TOP + 1, records=shape, ttim=stck(1_000 * (i + 1)))
              for i, shape in enumerate(shapes)]
     total = sum(len(elements(s)) for s in specs)
     cuts = draw(st.lists(st.integers(1, max(1, total - 1)), max_size=total))

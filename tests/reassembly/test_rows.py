@@ -50,6 +50,7 @@ def test_messages_of_two_topics_at_same_offset_stay_apart() -> None:
 @pytest.mark.parametrize("bad", [
     {"landing_policy": "later"}, {"max_requests_per_gap": 0}, {"max_retries": -1},
     {"retry_multiplier": 0.5}, {"request_token": "TOOLONGTOKEN"}, {"partial_timeout_ms": 0},
+    {"partial_stall_ms": -1}, {"stat_interval_ms": 0}, {"storm_max_gaps": 0},
 ])
 def test_config_rejects_bad_values(bad: dict) -> None:
     with pytest.raises(ValueError):
@@ -58,7 +59,7 @@ def test_config_rejects_bad_values(bad: dict) -> None:
 
 def test_config_from_mapping_ignores_unknown_keys_and_backs_off() -> None:
     c = ReassemblyConfig.from_mapping({"landing_policy": "hold", "retry_initial_ms": 100,
-                                       "unrecoverable_subcodes": [35], "kafka": {"x": 1}})
-    assert c.landing_policy == "hold" and c.unrecoverable_subcodes == frozenset({35})
+                                       "stat_interval_ms": 60_000, "kafka": {"x": 1}})
+    assert c.landing_policy == "hold" and c.stat_interval_ms == 60_000
     assert [c.backoff_ms(n) for n in (1, 2, 3)] == [100, 200, 400]
     assert ReassemblyConfig(retry_max_ms=150, retry_initial_ms=100).backoff_ms(5) == 150

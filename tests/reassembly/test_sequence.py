@@ -15,12 +15,21 @@ from pipeline.reassembly.events import (
 from pipeline.reassembly.sequence import (
     RING,
     DupWindow,
+    Sequence,
     Verdict,
     classify,
     to_tsnr,
     unwrap,
 )
-from tests.reassembly.builders import Feed, Harness, resend_of, status, statuses, txn
+from tests.reassembly.builders import (
+    RESTARTED,
+    Feed,
+    Harness,
+    resend_of,
+    status,
+    statuses,
+    txn,
+)
 
 TOP = 4294967295
 
@@ -49,32 +58,57 @@ def test_window_forgets_oldest_and_counts_repeats() -> None:
     assert DupWindow.from_obj(3, w.to_obj()) == w
 
 
-@pytest.mark.parametrize(("tsnr", "flagged", "next_u", "missing", "verdict"), [
-    (0, False, 5, (), Verdict.INITIAL),
-    (9, False, None, (), Verdict.BASELINE),
-    (5, False, 5, (), Verdict.NEXT),
-    (8, False, 5, (), Verdict.AHEAD),
-    (3, False, 5, (3,), Verdict.FILL),
-    (3, True, 5, (), Verdict.STALE),
-    (3, False, 5, (), Verdict.RESTART),
-    (1, False, 5, (), Verdict.RESTART),
-    (1, True, 5, (), Verdict.STALE),
-    (1, False, TOP + 1, (), Verdict.NEXT),
-    (1, False, TOP - 5, (), Verdict.AHEAD),          # the wrap, tsnrs before it lost
-    (1, False, TOP - (1 << 21), (), Verdict.RESTART),
+NEWEST, NEWER, OLDER = 5_000, 6_000, 4_000  # commit times: the newest placed, one after, before
+
+
+def seq(next_u: int | None, missing: tuple = (), settled: tuple = (),
+        window: DupWindow | None = None, newest: int | None = NEWEST) -> Sequence:
+    return Sequence(next_u, window or DupWindow(8), newest, lambda u: u in missing,
+                    lambda u: u in settled)
+
+
+@pytest.mark.parametrize(("tsnr", "flagged", "commit", "next_u", "missing", "verdict"), [
+    (0, False, NEWER, 5, (), Verdict.INITIAL),
+    (9, False, NEWER, None, (), Verdict.BASELINE),
+    (5, False, NEWER, 5, (), Verdict.NEXT),
+    (8, False, NEWER, 5, (), Verdict.AHEAD),
+    (3, False, OLDER, 5, (3,), Verdict.FILL),
+    (3, True, NEWER, 5, (), Verdict.STALE),
+    (3, False, NEWER, 5, (), Verdict.RESTART),
+    (1, False, NEWER, 5, (), Verdict.RESTART),
+    (1, True, NEWER, 5, (), Verdict.STALE),
+    (1, False, NEWER, TOP + 1, (), Verdict.NEXT),
+    (1, False, NEWER, TOP - 5, (), Verdict.AHEAD),          # the wrap, tsnrs before it lost
+    (1, False, NEWER, TOP - (1 << 21), (), Verdict.RESTART),
+    # a copy from the transport, however far back or ahead: committed before the newest
+    (3, False, OLDER, 5, (), Verdict.REDELIVERY),
+    (1, False, OLDER, 5000, (), Verdict.REDELIVERY),
+    (5, False, OLDER, 5, (), Verdict.REDELIVERY),
+    (900, False, OLDER, 5, (), Verdict.REDELIVERY),
+    (3, False, NEWEST, 5, (), Verdict.REDELIVERY),         # the same instant: on the safe side
+    (3, True, OLDER, 5, (), Verdict.REDELIVERY),
+    (9, False, OLDER, None, (), Verdict.REDELIVERY),
+    (5, False, 0, 5, (), Verdict.NEXT),                    # no commit time: no evidence
 ])
-def test_classify(tsnr: int, flagged: bool, next_u: int | None, missing: tuple,
+def test_classify(tsnr: int, flagged: bool, commit: int, next_u: int | None, missing: tuple,
                   verdict: Verdict) -> None:
-    got, _ = classify(tsnr, 99, flagged, next_u, DupWindow(8), lambda u: u in missing)
+    got, _ = classify(tsnr, 99, commit, flagged, seq(next_u, missing))
     assert got is verdict
+
+
+def test_classify_settled_tsnr_is_a_late_fill_whatever_its_commit_time() -> None:
+    assert classify(3, 99, OLDER, False, seq(5, settled=(3,))) == (Verdict.LATE_FILL, 3)
+    assert classify(3, 99, OLDER, True, seq(5, settled=(3,))) == (Verdict.LATE_FILL, 3)
+    assert classify(4, 99, OLDER, True, seq(5, settled=(3,)))[0] is Verdict.REDELIVERY
 
 
 def test_classify_duplicate_needs_same_content_unless_flagged() -> None:
     w = DupWindow(8)
     w.add(4, 111)
-    assert classify(4, 111, False, 5, w, lambda u: False)[0] is Verdict.DUPLICATE
-    assert classify(4, 222, True, 5, w, lambda u: False)[0] is Verdict.DUPLICATE
-    assert classify(4, 222, False, 5, w, lambda u: False)[0] is Verdict.RESTART
+    assert classify(4, 111, NEWER, False, seq(5, window=w))[0] is Verdict.DUPLICATE
+    assert classify(4, 222, NEWER, True, seq(5, window=w))[0] is Verdict.DUPLICATE
+    assert classify(4, 222, NEWER, False, seq(5, window=w))[0] is Verdict.RESTART
+    assert classify(4, 222, OLDER, False, seq(5, window=w))[0] is Verdict.REDELIVERY
 
 
 def test_first_tsnr_starts_sequence_without_gap() -> None:
@@ -85,7 +119,8 @@ def test_first_tsnr_starts_sequence_without_gap() -> None:
 
 def test_wrap_around_continues_in_same_epoch() -> None:
     h = Harness()
-    events = h.feed(Feed().send(txn(TOP - 1), txn(TOP), txn(1), txn(2)))
+    events = h.feed(Feed().send(txn(TOP - 1), txn(TOP), txn(1, later=TOP * 1000),
+                                txn(2, later=TOP * 1000)))
     assert h.landed(events) == [TOP - 1, TOP, 1, 2]
     assert only(events, EpochStarted) == [] and only(events, GapOpened) == []
     assert {e.epoch for e in h.of(type(events[0]))} == {0}
@@ -93,7 +128,7 @@ def test_wrap_around_continues_in_same_epoch() -> None:
 
 def test_gap_across_wrap() -> None:
     h = Harness()
-    events = h.feed(Feed().send(txn(TOP - 1), txn(2)))
+    events = h.feed(Feed().send(txn(TOP - 1), txn(2, later=TOP * 1000)))
     [gap] = only(events, GapOpened)
     assert (gap.from_tsnr, gap.to_tsnr, gap.missing) == (TOP, 1, (TOP, 1))
     assert only(events, EpochStarted) == []
@@ -101,7 +136,7 @@ def test_gap_across_wrap() -> None:
 
 def test_gap_just_before_wrap_is_not_a_restart() -> None:
     h = Harness()
-    events = h.feed(Feed().send(txn(TOP - 3), txn(1)))
+    events = h.feed(Feed().send(txn(TOP - 3), txn(1, later=TOP * 1000)))
     assert only(events, EpochStarted) == []
     [gap] = only(events, GapOpened)
     assert (gap.from_tsnr, gap.to_tsnr) == (TOP - 2, TOP)
@@ -138,7 +173,7 @@ def test_duplicate_of_continued_transaction_skips_all_its_messages() -> None:
     assert len(only(events, DuplicateDropped)) == 1
 
 
-def test_duplicate_older_than_window_with_flag_is_stale_not_restart() -> None:
+def test_duplicate_older_than_window_with_flag_is_redelivered_not_restart() -> None:
     from pipeline.reassembly.config import ReassemblyConfig
 
     h = Harness(ReassemblyConfig(duplicate_window=2))
@@ -147,7 +182,7 @@ def test_duplicate_older_than_window_with_flag_is_stale_not_restart() -> None:
     events = h.feed(feed.send(txn(2, rsnd=True), txn(6)))
     assert h.landed(events) == [6]
     assert only(events, EpochStarted) == []
-    assert "stale" in only(events, DuplicateDropped)[0].reason
+    assert "redelivered" in only(events, DuplicateDropped)[0].reason
 
 
 @pytest.mark.parametrize("st", ["STRT", "REST"])
@@ -155,7 +190,8 @@ def test_restart_status_begins_new_epoch_without_false_gap(st: str) -> None:
     h = Harness()
     feed = Feed()
     h.feed(feed.send(txn(41), txn(42)))
-    events = h.feed(statuses(feed, status(st)) + feed.send(txn(1), txn(2)))
+    events = h.feed(statuses(feed, status(st)) + feed.send(txn(1, later=RESTARTED),
+                                                           txn(2, later=RESTARTED)))
     [ep] = only(events, EpochStarted)
     assert (ep.epoch, ep.previous_epoch, ep.reason, ep.previous_next_tsnr) == (1, 0, st, 43)
     assert h.landed(events) == [1, 2]
@@ -183,7 +219,7 @@ def test_tsnr_back_to_one_begins_new_epoch() -> None:
     h = Harness()
     feed = Feed()
     h.feed(feed.send(txn(7), txn(8)))
-    events = h.feed(feed.send(txn(1, ttim=5), txn(2, ttim=6)))
+    events = h.feed(feed.send(txn(1, later=RESTARTED), txn(2, later=RESTARTED)))
     [ep] = only(events, EpochStarted)
     assert ep.reason == "tsnr back to 1"
     assert h.landed(events) == [1, 2] and only(events, GapOpened) == []
@@ -193,7 +229,7 @@ def test_tsnr_backwards_not_duplicate_begins_new_epoch() -> None:
     h = Harness()
     feed = Feed()
     h.feed(feed.send(txn(70), txn(71)))
-    events = h.feed(feed.send(txn(4, ttim=5)))
+    events = h.feed(feed.send(txn(4, later=RESTARTED)))
     [ep] = only(events, EpochStarted)
     assert "went back to 4" in ep.reason
     assert h.landed(events) == [4]
@@ -246,13 +282,14 @@ def test_flagged_resend_fills_gap_even_if_an_older_epoch_landed_that_tsnr() -> N
     from pipeline.reassembly.sequence import DupWindow, Verdict, classify
 
     window = DupWindow(16, [(1, 111), (2, 222), (38, 380)])  # epoch 0's landed tsnrs
-    missing = {1, 38}
-    verdict, u = classify(1, 999, True, 40, window, lambda v: v in missing)
+    missing = (1, 38)
+    verdict, u = classify(1, 999, OLDER, True, seq(40, missing, window=window))
     assert (verdict, u) == (Verdict.FILL, 1)
     # the exact same content (tsnr and fingerprint) is still a duplicate
-    assert classify(1, 111, True, 40, window, lambda v: v in missing)[0] is Verdict.DUPLICATE
+    assert classify(1, 111, OLDER, True, seq(40, missing, window=window))[0] is \
+        Verdict.DUPLICATE
     # a flagged repeat of a landed tsnr that no gap waits for stays a duplicate
-    assert classify(2, 999, True, 40, window, lambda v: False)[0] is Verdict.DUPLICATE
+    assert classify(2, 999, OLDER, True, seq(40, window=window))[0] is Verdict.DUPLICATE
 
 
 def test_resend_after_restart_fills_new_epoch_gap_for_a_tsnr_the_old_epoch_landed() -> None:
@@ -263,11 +300,11 @@ def test_resend_after_restart_fills_new_epoch_gap_for_a_tsnr_the_old_epoch_lande
     h = Harness()
     feed = Feed()
     h.feed(feed.send(txn(1), txn(2), txn(3)))
-    h.feed(statuses(feed, status("REST")) + feed.send(txn(2, ttim=900)))   # tsnr 1 lost
+    h.feed(statuses(feed, status("REST")) + feed.send(txn(2, later=RESTARTED)))  # 1 lost
     assert [(g.from_u, g.to_u, g.epoch) for g in h.state.gaps] == [(1, 1, 1)]
-    events = h.feed(feed.send(resend_of(txn(1, ttim=800))))
+    events = h.feed(feed.send(resend_of(txn(1, later=RESTARTED))))
     assert h.landed(events) == [1]
     assert only(events, GapFilled) and h.state.gaps == []
     # a true repeat of the new epoch's tsnr 1 is still a duplicate
-    events = h.feed(feed.send(resend_of(txn(1, ttim=800))))
+    events = h.feed(feed.send(resend_of(txn(1, later=RESTARTED))))
     assert h.landed(events) == [] and only(events, DuplicateDropped)

@@ -89,7 +89,11 @@ def test_gap_rows_are_transitions() -> None:
     # 5..7 never came and 8 was inconsistent: one gap, closed by the restart
     assert by_gap[(0, 5, 8)] == ["open", "requested", "unrecoverable"]
     assert by_gap[(0, 10, 10)] == ["open", "unrecoverable"]  # lost at the restart: no request
-    assert by_gap[(1, 1, 2)] == ["open", "requested"]
+    # the resend of 3 arrived after the restart, committed before it: a late fill of epoch 0
+    assert by_gap[(0, 3, 3)] == ["filled_late"]
+    [late] = [g for g in rows["gaps"] if g["state"] == "filled_late"]
+    assert (late["gap_id"], late["settled_tsnrs"], late["missing_count"]) == ("0:2", [2], 1)
+    assert all(g["kind"] == "tsnr" for g in rows["gaps"])
     closed = [g for g in rows["gaps"] if g["state"] == "unrecoverable"]
     assert all(g["closed_at"] is not None for g in closed)
     assert all(g["closed_at"] is None for g in rows["gaps"] if g["state"] == "open")
@@ -99,7 +103,7 @@ def test_requests_one_per_tsnr_with_unique_keys() -> None:
     _, events = scenario()
     rows = events_to_rows(events, NOW)
     assert [(r["epoch"], r["tsnr"]) for r in rows["requests"]] == [
-        (0, 2), (0, 3), (0, 5), (0, 6), (0, 7), (0, 8), (1, 1), (1, 2)]
+        (0, 2), (0, 3), (0, 5), (0, 6), (0, 7), (0, 8)]
     assert {r["token"] for r in rows["requests"]} == {"TOK1"}
     assert {r["reply_destination"] for r in rows["requests"]} == {"OUT3"}
     keys = [r["idempotency_key"] for r in rows["requests"]]
@@ -130,12 +134,14 @@ def test_status_rows_and_quarantine() -> None:
     assert q["tsnr"] == 8 and q["kind"] == "inconsistent"
 
 
-def test_resend_after_restart_belongs_to_the_new_epoch() -> None:
+def test_resend_of_a_tsnr_settled_by_the_restart_lands_in_its_own_epoch() -> None:
     _h, events = scenario()
     rows = events_to_rows(events, NOW)
-    # the resent tsnr 3 arrived after STRT: epoch 1 expects 1, so 3 is ahead (gap 1..2)
+    # the resent tsnr 3 (URBTPTRN, committed before the new epoch began) arrived after STRT:
+    # it is epoch 0's tsnr 3, settled by the restart, not epoch 1's: no gap 1..2 in epoch 1
     t3 = [t for t in rows["transactions"] if t["tsnr"] == 3]
-    assert t3 and t3[0]["epoch"] == 1
+    assert [t["epoch"] for t in t3] == [0] and t3[0]["origin"] == "resend"
+    assert not [g for g in rows["gaps"] if g["epoch"] == 1]
 
 
 def test_first_start_is_info_and_a_restart_is_a_warning() -> None:

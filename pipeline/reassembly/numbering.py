@@ -1,0 +1,85 @@
+"""Message-level evidence: URBHMSNR continuity of a destination, and status-message copies.
+
+URBHMSNR numbers every message the replicator sends to a destination (seed 001, rule 1.5),
+restarting at 1 after a replicator restart (rule 16). A transaction lost in transport shows
+as a tsnr gap; a lost *status-only* message (DEAC, LOST, AUTI, INST/CMPL …) has no tsnr, so
+the message numbers are its only trace. The destination-wide key sees every message number of
+its topic (the decode stage hands it runs of consecutive numbers) and reports a hole.
+
+A connector that re-produces a batch after a failure (at-least-once) delivers byte-identical
+copies: a status-only message carries no tsnr or commit time to tell a copy by, so the key
+remembers the last messages' (topic, URBHTIME, URBHMSNR). A copy is a message seen before, or
+one sent more than ``REORDER_MARGIN_US`` before the newest seen on its topic (a redelivery
+from far back). Kafka Connect's producers are not idempotent by default (KAFKA-13759), so a
+retried send may be overtaken by the next one within the producer's delivery timeout (120 s by
+default): a message within that margin and not seen before is taken as new.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+COPY_WINDOW = 1024
+REORDER_MARGIN_US = 120_000_000  # Kafka producer delivery.timeout.ms default
+_MARGIN_STCK = REORDER_MARGIN_US << 12
+
+
+@dataclass(slots=True)
+class Numbering:
+    """The next expected URBHMSNR of one destination; ``restarts`` counts renumberings."""
+
+    next_msnr: int | None = None
+    restarts: int = 0
+
+    def on_run(self, first: int, last: int) -> tuple[int, int] | None:
+        """Messages ``first``..``last`` arrived in a row; returns the hole before them, if
+        any. A run below the expected number is a redelivery (or a reordered message):
+        nothing is missing because of it."""
+        if first <= 0:
+            return None  # URBHMSNR not set: no evidence
+        hole = None
+        if self.next_msnr is not None and first > self.next_msnr:
+            hole = (self.next_msnr, first - 1)
+        if self.next_msnr is None or last >= self.next_msnr:
+            self.next_msnr = last + 1
+        return hole
+
+    def restart(self) -> None:
+        """STRT/REST: numbering starts again at 1."""
+        self.next_msnr = None
+        self.restarts += 1
+
+    def to_obj(self) -> list:
+        return [self.next_msnr, self.restarts]
+
+    @classmethod
+    def from_obj(cls, obj: list | None) -> Numbering:
+        return cls(*obj) if obj else cls()
+
+
+@dataclass(slots=True)
+class Copies:
+    """Identities ``[topic, URBHTIME, URBHMSNR]`` of the last status-only messages."""
+
+    seen: list[list] = field(default_factory=list)
+
+    def is_copy(self, topic: str, htime: int, msnr: int) -> bool:
+        """A message seen before, or sent long before the newest one seen on its topic."""
+        if not htime:
+            return False  # no URBHTIME: no evidence
+        same = [s for s in self.seen if s[0] == topic]
+        if any(s[1] == htime and s[2] == msnr for s in same):
+            return True
+        return len(same) > 0 and htime < max(s[1] for s in same) - _MARGIN_STCK
+
+    def add(self, topic: str, htime: int, msnr: int) -> None:
+        if htime:
+            self.seen.append([topic, htime, msnr])
+            del self.seen[:max(0, len(self.seen) - COPY_WINDOW)]
+
+    def to_obj(self) -> list[list]:
+        return self.seen
+
+    @classmethod
+    def from_obj(cls, obj: list | None) -> Copies:
+        return cls([list(s) for s in obj or []])
