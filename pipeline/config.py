@@ -110,6 +110,7 @@ class Topics(_Model):
     requests: str = "urb.requests"
     replies: str = "urb.replies"
     alerts: str = "urb.alerts"
+    control: str = "urb.control"  # operator commands to the job (urbpipe gaps resume)
 
     @field_validator("outputs")
     @classmethod
@@ -129,8 +130,8 @@ class Topics(_Model):
         return self
 
     def all_created(self) -> list[str]:
-        """Topics the local broker creates: outputs, replies, requests and alerts."""
-        names = [*self.outputs, self.replies, self.requests, self.alerts]
+        """Topics the local broker creates: outputs, replies, requests, alerts, control."""
+        names = [*self.outputs, self.replies, self.requests, self.alerts, self.control]
         return list(dict.fromkeys(names))
 
 
@@ -227,6 +228,17 @@ class Gaps(_Model):
     max_buffered_bytes: int = Field(64 * 1024 * 1024, ge=65_536)
     verdict_wait_ms: int = Field(300_000, ge=0)
     clock_skew_ms: int = Field(5_000, ge=0)
+    # A partial transaction is lost once the destination sent messages this much later
+    # (URBHTIME); on processing time only after partial_stall_ms (a stalled connector).
+    partial_timeout_ms: int = Field(60_000, ge=1_000)
+    partial_stall_ms: int = Field(3_600_000, ge=1_000)
+    # An idle subscription asks the replicator for its last tsnr (STAT; 0: never).
+    stat_interval_ms: int = Field(300_000, ge=0)
+    # The storm breaker: more gaps or requested tsnrs than this within the window
+    # (replicator time) stop requests for the key until `urbpipe gaps resume`.
+    storm_window_ms: int = Field(60_000, ge=1_000)
+    storm_max_gaps: int = Field(20, ge=1)
+    storm_max_tsnrs: int = Field(2_000, ge=1)
 
 
 class InitialState(_Model):
@@ -428,8 +440,9 @@ class Settings(_Model):
         return self.topics.outputs.get(topic) or self.topics.pattern_destination or topic
 
     def source_topics(self) -> list[str]:
-        """Topics the job subscribes to: the output topics and the reply topic."""
-        return list(dict.fromkeys([*self.topics.outputs, self.topics.replies]))
+        """Topics the job subscribes to: the output topics, the reply and control topics."""
+        return list(dict.fromkeys([*self.topics.outputs, self.topics.replies,
+                                   self.topics.control]))
 
 
 def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:

@@ -17,24 +17,46 @@ decoding the message twice costs (BENCHMARKS.md, "Pipeline throughput"). One row
 shuffles the bytes Kafka delivered and nothing more.
 
 A record whose structure the scan rejects becomes one row with ``error`` set (the full
-decoder's error) and the Kafka key's subscription; the state stage quarantines it with its
+decoder's error) for the destination-wide key; the state stage quarantines it with its
 bytes, as it does a record that only the full decode rejects. Elements the codec skipped
 (unknown eye-catcher) come back as warnings from ``element_rows`` and are quarantined there
 too, so one query stays exactly-once end to end.
+
+The Kafka key routes nothing: a default MQ source connector writes none, or the MQ message
+id (issue 14). Keys come from the message alone, and from conf where the message is silent:
+- a status that names no subscription (STRT, REST, TERM …) belongs to its destination's key
+  (destination, ""); STRT/REST also reach every configured subscription of the destination
+  as *echo* rows (they restart numbering there; only the destination key lands them);
+- a GFFT in a message of its own names no subscription: it goes to every configured
+  subscription of the destination whose database and files cover its (dbid, fnr);
+- per Arrow batch and topic, the destination key gets the runs of consecutive URBHMSNR
+  (``part`` -1: message continuity) and every configured subscription of the destination a
+  *tick* with the newest URBHTIME read there (``part`` -2: evidence that the replicator moved
+  on, for partial-transaction timeouts and gap verdicts);
+- a record of the control topic (``urbpipe gaps resume``) is a JSON command for the key it
+  names (``part`` -3).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+import json
+import struct
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
 from pipeline.payload.gfft import gfft_fields
-from pipeline.reassembly.rows import ElementRow
+from pipeline.reassembly.rows import (
+    CONTROL_EYE,
+    HEADERS_EYE,
+    PSEUDO_INDEX,
+    TICK_EYE,
+    ElementRow,
+)
 from pipeline.spark.gcpause import gc_paused
 from pipeline.urb import UrbFormatError, decode_message
-from pipeline.urb.scan import scan_message
+from pipeline.urb.scan import scan_header, scan_message
 
 ERROR_EYE = "!ERR"
 WARNING_EYE = "!WARN"
@@ -43,6 +65,19 @@ STRUCT_EYES: tuple[str, ...] = ("URBT", "URBR", "URBD", "URBE", "URBC", "URBS", 
 _SNAM_FIELD = {"URBT": "urbtsnam", "URBC": "urbcsnam", "URBE": "urbesnam"}
 
 Key = tuple[str, str]  # (destination, subscription)
+Target = tuple[Key, bool]  # a key an element goes to, and whether it is only an echo there
+RESTART_STATUS = frozenset({"STRT", "REST"})
+HEADERS_PART, TICK_PART, CONTROL_PART = -1, -2, -3
+_RUN = struct.Struct(">IIQ")   # first URBHMSNR, last URBHMSNR, newest URBHTIME of a run
+_TICK = struct.Struct(">Q")    # newest URBHTIME on the topic
+
+
+class Covered(NamedTuple):
+    """A configured subscription of a destination: its database and files (conf)."""
+
+    subscription: str
+    dbid: int
+    files: frozenset[int]
 
 _COLUMNS = [("lane", pa.int32(), "int"), ("destination", pa.string(), "string"),
             ("subscription", pa.string(), "string"),
@@ -64,13 +99,13 @@ def spark_ddl() -> str:
 
 
 
-def _subscription_of(elements: list[Any], kafka_key: bytes | None) -> str:
-    """Rule 13: a message carries one subscription; URBT/URBC/URBE name it."""
+def _subscription_of(elements: list[Any]) -> str:
+    """Rule 13: a message carries one subscription; URBT/URBC/URBE name it ('' if none)."""
     for el in elements:
         name = el.fields.get(_SNAM_FIELD.get(el.eye, ""), "")
         if name:
             return name
-    return (kafka_key or b"").decode("latin-1").strip()
+    return ""
 
 
 class RecordDecoder:
@@ -80,21 +115,30 @@ class RecordDecoder:
     ``destinations`` maps source topics to destination names; ``home_destinations`` gives a
     subscription's only destination (a TRSP may leave URBSDNAM blank); ``initial_states`` maps
     an initial-state name to the one subscription whose conf names it (INST replies carry no
-    subscription name).
+    subscription name); ``covered`` lists each destination's configured subscriptions (fan-out
+    of STRT/REST, GFFTs without a subscription, ticks); ``control_topic`` carries operator
+    commands.
     """
 
     def __init__(self, destinations: Mapping[str, str], default_destination: str,
                  codepage: str, home_destinations: Mapping[str, str] | None = None,
                  initial_states: Mapping[str, str] | None = None,
                  lanes: Mapping[Key, int] | None = None,
-                 inst_routes: Mapping[tuple[str, str], Key] | None = None) -> None:
+                 inst_routes: Mapping[tuple[str, str], Key] | None = None,
+                 covered: Mapping[str, Sequence[Covered]] | None = None,
+                 control_topic: str | None = None) -> None:
         self._destinations = dict(destinations)
         self._inst_routes = dict(inst_routes or {})  # (definition, token) -> the asking key
         self._lanes = dict(lanes or {})
         self._home = dict(home_destinations or {})
         self._initial_states = dict(initial_states or {})  # URBSINAM -> subscription
+        self._covered = {d: tuple(c) for d, c in (covered or {}).items()}
+        self._control = control_topic
         self._default = default_destination
         self._codepage = codepage
+
+    def destination(self, topic: str) -> str:
+        return self._destinations.get(topic, self._default)
 
     def rows(self, topic: str, partition: int, offset: int, key: bytes | None,
              value: bytes | None) -> list[dict[str, Any]]:
@@ -106,28 +150,46 @@ class RecordDecoder:
 
     def routes(self, topic: str, key: bytes | None, value: bytes | None) -> list[Route]:
         """(lane, destination, subscription, part, error) of each row of one record."""
-        destination = self._destinations.get(topic, self._default)
+        if topic == self._control:
+            return [self._control_route(value)]
+        destination = self.destination(topic)
         try:  # routing needs the name fields only: the state stage decodes in full
             elements = scan_message(value or b"", codepage=self._codepage)
         except UrbFormatError as exc:
-            sub = (key or b"").decode("latin-1").strip()
-            return [(self._lanes.get((destination, sub), 0), destination, sub, 0, str(exc))]
-        keys = list(dict.fromkeys(self._keys(destination, elements, key)))
+            return [(self._lane((destination, "")), destination, "", 0, str(exc))]
+        keys = list(dict.fromkeys(k for targets in self._targets(destination, elements)
+                                  for k, _ in targets))
         if not keys:  # a header without elements still belongs somewhere (warnings, if any)
-            keys = [(destination, _subscription_of(elements, key))]
-        return [(self._lanes.get((d, s), 0), d, s, i, None) for i, (d, s) in enumerate(keys)]
+            keys = [(destination, "")]
+        return [(self._lane(k), *k, i, None) for i, k in enumerate(keys)]
+
+    def _lane(self, key: Key) -> int:
+        return self._lanes.get(key, 0)
+
+    def _control_route(self, value: bytes | None) -> Route:
+        """An operator command: JSON naming the destination and subscription it is for."""
+        try:
+            doc = json.loads(value or b"")
+            key = (str(doc["destination"]), str(doc["subscription"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            return (0, "", "", CONTROL_PART, f"control record is not a command: {exc}")
+        return (self._lane(key), *key, CONTROL_PART, None)
 
     def element_rows(self, topic: str, partition: int, offset: int, key: bytes | None,
                      value: bytes, wanted: Key, part: int) -> tuple[list[ElementRow], list[str]]:
-        """The elements of one record that belong to ``wanted``, and the codec's warnings
-        (reported once per record: with its first key, ``part`` 0)."""
+        """The elements of one record that go to ``wanted`` (echoes marked), and the codec's
+        warnings (reported once per record: with its first key, ``part`` 0)."""
+        if part < 0:
+            return pseudo_rows(topic, partition, offset, value, part), []
         msg = decode_message(value, codepage=self._codepage)
-        destination = self._destinations.get(topic, self._default)
+        destination = self.destination(topic)
+        home = wanted[0] == destination
         msnr, htime = msg.header.urbhmsnr, msg.header.urbhtime or 0
         out = []
-        for index, (el, el_key) in enumerate(
-                zip(msg.elements, self._keys(destination, msg.elements, key), strict=True)):
-            if el_key != wanted:
+        for index, (el, targets) in enumerate(
+                zip(msg.elements, self._targets(destination, msg.elements), strict=True)):
+            echo = next((e for k, e in targets if k == wanted), None)
+            if echo is None:
                 continue
             # the decoder's field dict as it is: its builders emit exactly the DSECT fields,
             # fillers left out (a URBS lands in status_events.fields_json from it)
@@ -137,15 +199,40 @@ class RecordDecoder:
             elif eye == "URBF":  # a GFFT: its URBGs as data, its bytes for the layouts table
                 fields, data = gfft_fields(el), value[el.offset:el.offset + (el.urbflen or 0)]
             out.append(ElementRow(topic, partition, offset, index, msnr, htime, eye, fields,
-                                  el.payload if eye == "URBD" else None, data, msg.big_endian))
+                                  el.payload if eye == "URBD" else None, data, msg.big_endian,
+                                  echo, home))
         return out, (list(msg.warnings) if part == 0 else [])
 
-    def _keys(self, destination: str, elements: list[Any], kafka_key: bytes | None
-              ) -> list[Key]:
-        """The key of every element, in order."""
-        sub = _subscription_of(elements, kafka_key)
-        return [self._status_key(destination, el) if el.eye == "URBS" else (destination, sub)
-                for el in elements]
+    def _targets(self, destination: str, elements: list[Any]) -> list[tuple[Target, ...]]:
+        """Where every element goes, in order."""
+        sub = _subscription_of(elements)
+        out: list[tuple[Target, ...]] = []
+        for el in elements:
+            if el.eye == "URBS":
+                out.append(self._status_targets(destination, el))
+            elif el.eye == "URBF" and not sub:
+                out.append(self._gfft_targets(destination, el))
+            else:
+                out.append((((destination, sub), False),))
+        return out
+
+    def _status_targets(self, destination: str, el: Any) -> tuple[Target, ...]:
+        """A status's own key; a destination-wide STRT/REST also echoes to every configured
+        subscription of that destination (their numbering restarts too: seed 001, rule 16)."""
+        key = self._status_key(destination, el)
+        if key[1] or el.fields.get("urbsst") not in RESTART_STATUS:
+            return ((key, False),)
+        echoes = tuple(((key[0], c.subscription), True) for c in self._covered.get(key[0], ()))
+        return ((key, False), *echoes)
+
+    def _gfft_targets(self, destination: str, el: Any) -> tuple[Target, ...]:
+        """A GFFT no element of its message names a subscription for: every configured
+        subscription of the destination covering its (dbid, fnr), else the destination key."""
+        dbid, fnr = el.fields.get("urbfdbid"), el.fields.get("urbffnr")
+        subs = tuple(((destination, c.subscription), False)
+                     for c in self._covered.get(destination, ())
+                     if c.dbid == dbid and fnr in c.files)
+        return subs or (((destination, ""), False),)
 
     def _status_key(self, destination: str, el: Any) -> Key:
         # Replies (TRSP, SUBS …) arrive at the reply destination but belong to the
@@ -163,10 +250,75 @@ class RecordDecoder:
             snam = self._initial_states.get(fields.get("urbsinam") or "", "")
         return (fields.get("urbsdnam") or self._home.get(snam) or destination, snam)
 
+    def batch_rows(self, records: Sequence[tuple[str, int, int, bytes | None]]
+                   ) -> list[dict[str, Any]]:
+        """The rows an Arrow batch of records adds besides their own (see the module
+        docstring): URBHMSNR runs for the destination keys, ticks for the subscriptions'.
+        ``records`` are (topic, partition, offset, value) in Kafka order."""
+        out: list[dict[str, Any]] = []
+        for (topic, partition), heads in _headers(records, self._control).items():
+            destination = self.destination(topic)
+            for first_offset, first, last, htime in _runs(heads):
+                out.append(self._pseudo((destination, ""), topic, partition, first_offset,
+                                        HEADERS_PART, _RUN.pack(first, last, htime)))
+            newest = _TICK.pack(max(h for _, _, h in heads))
+            for c in self._covered.get(destination, ()):
+                out.append(self._pseudo((destination, c.subscription), topic, partition,
+                                        heads[-1][0], TICK_PART, newest))
+        return out
 
-def route_batch(decoder: RecordDecoder, batch: pa.RecordBatch) -> pa.RecordBatch:
+    def _pseudo(self, key: Key, topic: str, partition: int, offset: int, part: int,
+                value: bytes) -> dict[str, Any]:
+        return {"lane": self._lane(key), "destination": key[0], "subscription": key[1],
+                "topic": topic, "partition": partition, "offset": offset, "part": part,
+                "key": None, "value": value, "error": None}
+
+
+def _headers(records: Sequence[tuple[str, int, int, bytes | None]], control: str | None
+             ) -> dict[tuple[str, int], list[tuple[int, int, int]]]:
+    """(offset, URBHMSNR, URBHTIME) of every replicator message, per topic partition."""
+    out: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+    for topic, partition, offset, value in records:
+        if topic == control or not value:
+            continue
+        msnr, htime = scan_header(value)
+        if htime or msnr:
+            out.setdefault((topic, partition), []).append((offset, msnr, htime))
+    return out
+
+
+def _runs(heads: list[tuple[int, int, int]]) -> list[tuple[int, int, int, int]]:
+    """Consecutive URBHMSNR as (first offset, first, last, newest URBHTIME) runs."""
+    runs: list[list[int]] = []
+    for offset, msnr, htime in heads:
+        if runs and msnr == runs[-1][2] + 1:
+            run = runs[-1]
+            run[2], run[3] = msnr, max(run[3], htime)
+        else:
+            runs.append([offset, msnr, msnr, htime])
+    return [(a, b, c, d) for a, b, c, d in runs]
+
+
+def pseudo_rows(topic: str, partition: int, offset: int, value: bytes | None,
+                part: int) -> list[ElementRow]:
+    """The state machine's row for a decode-stage row that is no replicator message."""
+    data = value or b""
+    if part == HEADERS_PART:
+        first, last, htime = _RUN.unpack(data)
+        eye, fields = HEADERS_EYE, {"first": first, "last": last, "htime": htime}
+    elif part == TICK_PART:
+        eye, fields = TICK_EYE, {"htime": _TICK.unpack(data)[0]}
+    else:
+        doc = json.loads(data)
+        eye = CONTROL_EYE
+        fields = {k: str(doc.get(k) or "") for k in ("command", "by", "note")}
+    return [ElementRow(topic, partition, offset, PSEUDO_INDEX, 0, 0, eye, fields)]
+
+
+def route_batch(decoder: RecordDecoder, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
     """The decode stage's rows of a batch of Kafka records: each record's columns (taken,
-    not copied through Python, once per key it has) and its route."""
+    not copied through Python, once per key it has) and its route; then the batch's own
+    rows (message-number runs, ticks: ``RecordDecoder.batch_rows``)."""
     topics = batch.column("topic").to_pylist()
     keys = batch.column("key").to_pylist()
     values = batch.column("value").to_pylist()
@@ -181,8 +333,14 @@ def route_batch(decoder: RecordDecoder, batch: pa.RecordBatch) -> pa.RecordBatch
     for name, column in zip(ROUTE_COLUMNS, zip(*routes, strict=True) if routes
                             else [()] * len(ROUTE_COLUMNS), strict=True):
         by_name[name] = pa.array(column, ARROW_SCHEMA.field(name).type)
-    return pa.RecordBatch.from_arrays([by_name[n] for n in ARROW_SCHEMA.names],
-                                      schema=ARROW_SCHEMA)
+    out = [pa.RecordBatch.from_arrays([by_name[n] for n in ARROW_SCHEMA.names],
+                                      schema=ARROW_SCHEMA)]
+    records = list(zip(topics, batch.column("partition").to_pylist(),
+                       batch.column("offset").to_pylist(), values, strict=True))
+    extra = decoder.batch_rows(records)
+    if extra:
+        out.append(pa.RecordBatch.from_pylist(extra, schema=ARROW_SCHEMA))
+    return out
 
 
 def arrow_decoder(decoder: RecordDecoder) -> Callable[[Iterator[pa.RecordBatch]],
@@ -193,6 +351,6 @@ def arrow_decoder(decoder: RecordDecoder) -> Callable[[Iterator[pa.RecordBatch]]
         for batch in batches:
             with gc_paused():  # pipeline/spark/gcpause.py
                 out = route_batch(decoder, batch)
-            yield out
+            yield from out
 
     return decode_batches

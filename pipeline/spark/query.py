@@ -15,7 +15,7 @@ from pipeline.config import Settings
 from pipeline.reassembly import ReassemblyConfig
 from pipeline.reassembly.config import InitialStateTarget, inst_reply_routes
 from pipeline.spark.datafiles import data_files
-from pipeline.spark.decode_stage import Key, RecordDecoder, arrow_decoder, spark_ddl
+from pipeline.spark.decode_stage import Covered, Key, RecordDecoder, arrow_decoder, spark_ddl
 from pipeline.spark.lanes import checkpoint_lanes
 from pipeline.spark.reconcile import reconcile_tables
 from pipeline.spark.sinks import BatchCallback, batch_writer
@@ -37,6 +37,10 @@ def reassembly_config(settings: Settings) -> ReassemblyConfig:
         max_retries=g.max_retries, hold_timeout_ms=g.hold_timeout_ms,
         duplicate_window=g.duplicate_window, max_buffered_bytes=g.max_buffered_bytes,
         verdict_wait_ms=g.verdict_wait_ms, clock_skew_ms=g.clock_skew_ms,
+        partial_timeout_ms=g.partial_timeout_ms, partial_stall_ms=g.partial_stall_ms,
+        stat_interval_ms=g.stat_interval_ms or None, storm_window_ms=g.storm_window_ms,
+        storm_max_gaps=g.storm_max_gaps, storm_max_tsnrs=g.storm_max_tsnrs,
+        tod_offset_us=settings.replicator.tod_offset_us,
         reply_destination=settings.replicator.reply_destination,
         request_token=settings.replicator.request_token,
         initial_states=tuple(InitialStateTarget(s.name, s.initial_state, s.dbid, tuple(s.files),
@@ -54,16 +58,28 @@ def initial_state_routes(settings: Settings) -> dict[str, str]:
             if s.initial_state and names.count(s.initial_state) == 1}
 
 
+def covered_subscriptions(settings: Settings) -> dict[str, list[Covered]]:
+    """Each destination's configured subscriptions with their database and files."""
+    out: dict[str, list[Covered]] = {}
+    for s in settings.subscriptions:
+        for d in s.destinations:
+            out.setdefault(d, []).append(Covered(s.name, s.dbid, frozenset(s.files)))
+    return out
+
+
 def record_decoder(settings: Settings, lanes: Mapping[Key, int] | None = None
                    ) -> RecordDecoder:
-    destinations = {t: settings.destination_of(t) for t in settings.source_topics()}
+    control = settings.topics.control
+    destinations = {t: settings.destination_of(t) for t in settings.source_topics()
+                    if t != control}
     homes = {s.name: s.destinations[0] for s in settings.subscriptions
              if len(s.destinations) == 1}
     default = settings.topics.pattern_destination or next(iter(destinations.values()))
     config = reassembly_config(settings)
     return RecordDecoder(destinations, default, settings.replicator.codepage, homes,
                          initial_state_routes(settings), lanes,
-                         inst_reply_routes(config.initial_states, config.request_token))
+                         inst_reply_routes(config.initial_states, config.request_token),
+                         covered_subscriptions(settings), control)
 
 
 def kafka_source(spark: SparkSession, settings: Settings) -> DataFrame:

@@ -22,12 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Settings
+from pipeline.reassembly.outbound import RequestForm, request_messages
 from pipeline.spark.committer import DeltaCommitter
 from pipeline.spark.datafiles import BATCH_PROPERTY, FILES_TABLE, writer_mode
 from pipeline.spark.ledger import CommitLedger
 from pipeline.spark.state_stage import STATS_TABLE
 from pipeline.spark.tables import BLOB_COLUMN, DIRECT_TABLES, TABLES, json_schema, table_path
-from pipeline.urb import requests as urb_requests
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -109,47 +109,32 @@ class KafkaOut:
             raise RuntimeError("Kafka did not acknowledge all requests/alerts within 30s")
 
 
-def tran_request(settings: Settings, row: dict[str, Any]) -> bytes:
-    """The TRAN request (URBH + URBI) for one missing tsnr, built by the codec."""
+def request_form(settings: Settings) -> RequestForm:
     rep = settings.replicator
-    return urb_requests.tran(row["subscription"], row["destination"], int(row["tsnr"]),
-                             rnam=row.get("reply_destination") or rep.reply_destination,
-                             rtok=row.get("token") or rep.request_token,
-                             ebcdic=rep.ebcdic, big_endian=rep.big_endian)
+    return RequestForm(rep.reply_destination, rep.request_token, rep.ebcdic, rep.big_endian,
+                       rep.codepage)
 
 
-def inst_request(settings: Settings, row: dict[str, Any]) -> bytes:
-    """The INST request (URBH + URBI with an ISN list) for one ``requests`` row of kind INST."""
-    rep = settings.replicator
-    return urb_requests.inst(row["initial_state"], int(row["dbid"]), int(row["fnr"]),
-                             isns=[int(i) for i in row["isns"]],
-                             rnam=row.get("reply_destination") or rep.reply_destination,
-                             rtok=row.get("token") or rep.request_token,
-                             ebcdic=rep.ebcdic, big_endian=rep.big_endian,
-                             codepage=rep.codepage)
-
-
-_LOGGED = {"TRAN": ("subscription", "destination", "epoch", "tsnr", "attempt",
-                    "idempotency_key"),
-           "INST": ("subscription", "destination", "epoch", "request_id", "initial_state",
-                    "dbid", "fnr", "idempotency_key")}
+_LOGGED = ("subscription", "destination", "epoch", "tsnr", "attempt", "request_id",
+           "initial_state", "dbid", "idempotency_key")
 
 
 def send_requests_and_alerts(settings: Settings, out: KafkaOut, requests: list[dict[str, Any]],
                              alerts: list[dict[str, Any]]) -> None:
-    for row in requests:
-        key, kind = row["idempotency_key"], row.get("kind") or "TRAN"
-        try:
-            value = inst_request(settings, row) if kind == "INST" else tran_request(settings, row)
-        except ValueError as exc:  # the codec refused it: report, never stop the job
-            log.error(json.dumps({"event": "request_not_sent", "idempotency_key": key,
-                                  "request": kind, "reason": str(exc)}))
+    """Requests to the replicator's input topic (``pipeline.reassembly.outbound``: an INST
+    request's rows are one message), then the alerts; both carry their idempotency key."""
+    for msg in request_messages(requests, request_form(settings)):
+        first = msg.rows[0]
+        if msg.value is None:  # the codec refused it: report, never stop the job
+            log.error(json.dumps({"event": "request_not_sent", "idempotency_key": msg.key,
+                                  "request": msg.kind, "reason": msg.error}))
             continue
-        out.send(settings.topics.requests, row["subscription"], value,
-                 {"idempotency_key": key, "request": kind})
-        log.info(json.dumps({"event": f"{kind.lower()}_request",
-                             **{k: row.get(k) for k in _LOGGED[kind]},
-                             **({"isn_count": len(row["isns"])} if kind == "INST" else {})}))
+        out.send(settings.topics.requests, first["subscription"], msg.value,
+                 {"idempotency_key": msg.key, "request": msg.kind})
+        log.info(json.dumps({"event": f"{msg.kind.lower()}_request",
+                             **{k: first.get(k) for k in _LOGGED if first.get(k) is not None},
+                             **({"files": {str(r["fnr"]): len(r["isns"]) for r in msg.rows}}
+                                if msg.kind == "INST" else {})}))
     for alert in alerts:
         if isinstance(alert.get("details"), str):  # a JSON string column in Delta
             alert = {**alert, "details": json.loads(alert["details"])}

@@ -51,11 +51,13 @@ SCHEMAS: dict[str, str] = {
     "gaps": (
         f"{_NAMES}, gap_id string, from_tsnr bigint, to_tsnr bigint, state string, "
         "requests_sent int, missing_count int, opened_at timestamp, updated_at timestamp, "
-        "closed_at timestamp, reason string, seq int"),
+        "closed_at timestamp, reason string, seq int, kind string, "
+        "filled_tsnrs array<bigint>, settled_tsnrs array<bigint>"),
     "alerts": (
         f"idempotency_key string, kind string, severity string, {_NAMES}, message string, "
         "at timestamp, at_ms bigint, details string"),
-    # kind 'TRAN' (tsnr, attempt, gap_id) or 'INST' (initial_state, dbid, fnr, isns, request_id)
+    # kind 'TRAN' (tsnr, attempt, gap_id), 'INST' (initial_state, dbid, fnr, isns, request_id;
+    # one row per file of a request message) or 'STAT' (request_id stat:<n>)
     "requests": (
         f"{_NAMES}, tsnr bigint, token string, reply_destination string, attempt int, "
         "gap_id string, requested_at timestamp, idempotency_key string, kind string, "

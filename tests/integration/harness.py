@@ -8,10 +8,15 @@ whole data path in seconds, without a JVM.
 
 What it imitates, and how:
 - Kafka: a key always lands in one partition (``partition_of``: a stable hash of the key mod
-  P), offsets count per (topic, partition) from 0, a batch reads a prefix of what was appended.
-- Spark decode stage: ``RecordDecoder.rows`` per record (one row per key of its elements), then
-  an Arrow table with the job's schema, handed over as pandas; the state function decodes each
-  record again and keeps its key's elements (``split_rows``), as the job does.
+  P; no key: partition 0 — the job requires one partition per topic, so P is 1 unless a test
+  scrambles order on purpose), offsets count per (topic, partition) from 0, a batch reads
+  what was appended and is visible: a delivery the connector holds (``Delivery.delay_ms``, a
+  stall) becomes visible that much processing time later, and so does everything after it
+  on its topic.
+- Spark decode stage: ``RecordDecoder.rows`` per record (one row per key of its elements) and
+  ``RecordDecoder.batch_rows`` per batch (URBHMSNR runs, destination ticks), then an Arrow
+  table with the job's schema, handed over as pandas; the state function decodes each record
+  again and keeps its key's elements (``split_rows``), as the job does.
 - applyInPandasWithState: one call per (destination, subscription) key with data, rows in a
   deterministic shuffled order (Spark keeps none), split into frames of ``frame_rows``; keys
   without data but with an expired timeout (timeout < batch time) are called with no rows;
@@ -36,11 +41,11 @@ import pyarrow as pa
 
 from pipeline.reassembly import Event, KeyState, ReassemblyConfig, events_to_rows, step
 from pipeline.reassembly.config import inst_reply_routes
+from pipeline.reassembly.outbound import RequestForm, request_messages
 from pipeline.reassembly.tables import TABLES, ms_to_datetime
 from pipeline.sim import Delivery, Replicator, SimConfig
-from pipeline.spark.decode_stage import ARROW_SCHEMA, RecordDecoder
+from pipeline.spark.decode_stage import ARROW_SCHEMA, Covered, RecordDecoder
 from pipeline.spark.state_stage import split_frames
-from pipeline.urb import requests as urb_requests
 
 Key = tuple[str, str]
 Tables = dict[str, list[dict[str, Any]]]
@@ -49,6 +54,7 @@ START_MS = 1_750_000_000_000
 REPLY_DESTINATION = "REPLY"
 REQUEST_TOKEN = "URBPIPE"
 CODEPAGE = "cp037"
+CONTROL_TOPIC = "urb.control"
 
 
 def default_reassembly(**overrides: Any) -> ReassemblyConfig:
@@ -59,9 +65,11 @@ def default_reassembly(**overrides: Any) -> ReassemblyConfig:
     return ReassemblyConfig(**{**base, **overrides})
 
 
-def partition_of(key: bytes, partitions: int) -> int:
+def partition_of(key: bytes | None, partitions: int) -> int:
     """Kafka's default partitioner hashes the key (murmur2); any stable hash keeps one key in
-    one partition, which is all the job relies on."""
+    one partition. Without a key records spread over the partitions (round robin here)."""
+    if key is None:
+        return -1
     return zlib.crc32(key) % partitions
 
 
@@ -75,8 +83,13 @@ def decoder_for(config: SimConfig, codepage: str = CODEPAGE,
     homes = {s.name: s.destinations[0] for s in config.subscriptions if len(s.destinations) == 1}
     inst = (inst_reply_routes(reassembly.initial_states, reassembly.request_token)
             if reassembly is not None else None)
+    covered: dict[str, list[Covered]] = {}
+    for sub in config.subscriptions:
+        for d in sub.destinations:
+            covered.setdefault(d, []).append(Covered(sub.name, sub.dbid, frozenset(sub.files)))
     return RecordDecoder(destinations, config.destinations[0].name, codepage, homes,
-                         initial_state_routes, inst_routes=inst)
+                         initial_state_routes, inst_routes=inst, covered=covered,
+                         control_topic=CONTROL_TOPIC)
 
 
 @dataclass(frozen=True)
@@ -86,8 +99,9 @@ class KafkaRecord:
     topic: str
     partition: int
     offset: int
-    key: bytes
+    key: bytes | None
     value: bytes
+    visible_ms: int = 0  # processing time from which a batch can read it
 
 
 class KafkaLog:
@@ -96,14 +110,23 @@ class KafkaLog:
     def __init__(self, partitions: int) -> None:
         self.partitions = partitions
         self._next: dict[tuple[str, int], int] = defaultdict(int)
+        self._held: dict[str, int] = defaultdict(int)  # topic -> visible from (a stall)
+        self._spread = 0
         self.records: list[KafkaRecord] = []
 
-    def append(self, delivery: Delivery) -> KafkaRecord:
-        key = delivery.key.encode("latin-1")
+    def append(self, delivery: Delivery, now_ms: int = 0) -> KafkaRecord:
+        key = delivery.key if delivery.key is None or isinstance(delivery.key, bytes) \
+            else str(delivery.key).encode("latin-1")
         part = partition_of(key, self.partitions)
+        if part < 0:
+            part, self._spread = self._spread % self.partitions, self._spread + 1
         offset = self._next[(delivery.topic, part)]
         self._next[(delivery.topic, part)] = offset + 1
-        record = KafkaRecord(delivery.topic, part, offset, key, delivery.value)
+        delay = getattr(delivery, "delay_ms", 0)
+        if delay:
+            self._held[delivery.topic] = max(self._held[delivery.topic], now_ms + delay)
+        record = KafkaRecord(delivery.topic, part, offset, key, delivery.value,
+                             self._held[delivery.topic])
         self.records.append(record)
         return record
 
@@ -128,11 +151,15 @@ class BatchOutput:
     calls: list[Key]
 
 
-def message_rows(decoder: RecordDecoder, records: Iterable[KafkaRecord]) -> list[dict[str, Any]]:
-    """The decode stage: every record becomes one row per key (error rows included)."""
+def message_rows(decoder: RecordDecoder, records: Sequence[KafkaRecord]) -> list[dict[str, Any]]:
+    """The decode stage: every record becomes one row per key (error rows included), and
+    the batch adds its message-number runs and destination ticks."""
     rows: list[dict[str, Any]] = []
     for r in records:
         rows.extend(decoder.rows(r.topic, r.partition, r.offset, r.key, r.value))
+    ordered = sorted(records, key=lambda r: (r.topic, r.partition, r.offset))
+    rows.extend(decoder.batch_rows([(r.topic, r.partition, r.offset, r.value)
+                                    for r in ordered]))
     return rows
 
 
@@ -199,28 +226,21 @@ def _put(mapping: dict[Key, Any], key: Key, value: Any) -> None:
         mapping[key] = value
 
 
-def tran_bytes(row: Mapping[str, Any], config: ReassemblyConfig) -> bytes:
-    """The TRAN request for one ``requests`` row, as pipeline/spark/sinks.py builds it."""
-    return urb_requests.tran(row["subscription"], row["destination"], int(row["tsnr"]),
-                             rnam=row.get("reply_destination") or config.reply_destination,
-                             rtok=row.get("token") or config.request_token)
-
-
-def request_bytes(row: Mapping[str, Any], config: ReassemblyConfig) -> bytes:
-    """The request (TRAN, or INST with an ISN list) for one ``requests`` row, as
-    pipeline/spark/sinks.py:send_requests_and_alerts builds it."""
-    if row.get("kind") != "INST":
-        return tran_bytes(row, config)
-    return urb_requests.inst(row["initial_state"], int(row["dbid"]), int(row["fnr"]),
-                             isns=list(row["isns"]),
-                             rnam=row.get("reply_destination") or config.reply_destination,
-                             rtok=row.get("token") or config.request_token)
+def request_bytes(rows: Sequence[Mapping[str, Any]], config: ReassemblyConfig) -> list[bytes]:
+    """The request messages for a batch's ``requests`` rows, as pipeline/spark/sinks.py
+    sends them (``pipeline.reassembly.outbound``: one INST message per request)."""
+    form = RequestForm(config.reply_destination, config.request_token)
+    out = []
+    for msg in request_messages(rows, form):
+        assert msg.value is not None, msg.error
+        out.append(msg.value)
+    return out
 
 
 class Harness:
     """Kafka + the streaming job in memory, closed over the simulator's request answering."""
 
-    def __init__(self, replicator: Replicator, *, partitions: int = 2,
+    def __init__(self, replicator: Replicator, *, partitions: int = 1,
                  config: ReassemblyConfig | None = None, shuffle_seed: int = 0,
                  start_ms: int = START_MS, interval_ms: int = 1_000,
                  frame_rows: int = 10_000, answer_requests: bool = True,
@@ -233,7 +253,7 @@ class Harness:
         self.shuffle_seed, self.frame_rows = shuffle_seed, frame_rows
         self.interval_ms, self.now_ms = interval_ms, start_ms
         self.answer_requests = answer_requests
-        self.read = 0  # records consumed so far (a prefix of the log)
+        self.unread: list[KafkaRecord] = []  # appended, not yet consumed, in log order
         self.checkpoint = Checkpoint()
         self.batches: list[BatchOutput] = []
         self.tables: Tables = {name: [] for name in TABLES}
@@ -241,23 +261,26 @@ class Harness:
 
     # -- input --------------------------------------------------------------------------------
     def feed(self, deliveries: Iterable[Delivery]) -> list[KafkaRecord]:
-        """Produce deliveries to "Kafka" (they become readable by the next batch)."""
-        return [self.kafka.append(d) for d in deliveries]
+        """Produce deliveries to "Kafka" (readable by the next batch, a stalled one later)."""
+        records = [self.kafka.append(d, self.now_ms) for d in deliveries]
+        self.unread.extend(records)
+        return records
 
     @property
     def pending(self) -> int:
-        return len(self.kafka.records) - self.read
+        return len(self.unread)
 
     # -- batches ------------------------------------------------------------------------------
     def batch(self, count: int | None = None) -> BatchOutput:
-        """Run one micro-batch over the next ``count`` records (all pending when None)."""
-        take = self.pending if count is None else min(count, self.pending)
-        records = self.kafka.records[self.read:self.read + take]
+        """Run one micro-batch over the next ``count`` visible records (all when None)."""
         self.now_ms += self.interval_ms
+        visible = [r for r in self.unread if r.visible_ms <= self.now_ms]
+        records = visible if count is None else visible[:count]
+        taken = {id(r) for r in records}
+        self.unread = [r for r in self.unread if id(r) not in taken]
         out = process_batch(self.checkpoint, records, self.now_ms, len(self.batches),
                             self.config, self.decoder, shuffle_seed=self.shuffle_seed,
                             frame_rows=self.frame_rows)
-        self.read += take
         self.commit(out)
         return out
 
@@ -266,8 +289,7 @@ class Harness:
         self.batches.append(out)
         for name, rows in out.tables.items():
             self.tables.setdefault(name, []).extend(rows)
-        for row in out.tables.get("requests", []):
-            request = request_bytes(row, self.config)
+        for request in request_bytes(out.tables.get("requests", []), self.config):
             self.requests_sent.append(request)
             if self.answer_requests:
                 self.feed(self.replicator.answer(request))
@@ -283,11 +305,14 @@ class Harness:
     def drain(self, max_batches: int = 500) -> None:
         """Batches until no input is pending and no timer is armed (idle time is skipped)."""
         for _ in range(max_batches):
-            if self.pending:
+            if any(r.visible_ms <= self.now_ms + self.interval_ms for r in self.unread):
                 self.batch()
-            elif self.checkpoint.timeouts:
-                # Empty batches before the earliest timeout change nothing: jump past it.
-                self.now_ms = max(self.now_ms, min(self.checkpoint.timeouts.values()))
+            elif self.checkpoint.timeouts or self.unread:
+                # Empty batches before the earliest timeout (or a stalled record becoming
+                # visible) change nothing: jump past it.
+                due = list(self.checkpoint.timeouts.values()) + [
+                    r.visible_ms - self.interval_ms for r in self.unread]
+                self.now_ms = max(self.now_ms, min(due))
                 self.batch()
             else:
                 return

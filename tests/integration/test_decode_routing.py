@@ -1,10 +1,11 @@
 """The decode stage's routing (a scan) and the state stage's full decode agree on the keys.
 
-Every element of a message must reach exactly one (destination, subscription) key: the decode
-stage emits one row per key it finds by scanning, the state function decodes the message in
-full and keeps the elements of its key. An element whose key the two worked out differently
-would be lost without a trace, so: for any mix of data and status elements, the rows' keys
-take every element exactly once, and none takes nothing.
+Every element of a message must reach exactly one (destination, subscription) key that
+lands it: the decode stage emits one row per key it finds by scanning, the state function
+decodes the message in full and keeps the elements of its key. An element whose key the two
+worked out differently would be lost without a trace, so: for any mix of data and status
+elements, the rows' keys take every element exactly once (echoes of a destination-wide
+STRT/REST aside), and none takes nothing. The Kafka key routes nothing (issue 14).
 """
 
 from __future__ import annotations
@@ -13,12 +14,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.spark.decode_stage import RecordDecoder
+from pipeline.spark.decode_stage import Covered, RecordDecoder
 from pipeline.urb import decode_message, encode_message, make_element
 
+COVERED = {"OUT1": [Covered("COLOR", 10006, frozenset({4})),
+                    Covered("EMPL", 10006, frozenset({11, 12}))],
+           "OUT2": [Covered("EMPL", 10006, frozenset({11, 12}))]}
 DECODER = RecordDecoder({"t.out1": "OUT1", "t.replies": "REPLY"}, "OUT1", "cp037",
                         home_destinations={"COLOR": "OUT1", "EMPL": "OUT2"},
-                        initial_states={"ICOLOR": "COLOR"})
+                        initial_states={"ICOLOR": "COLOR"}, covered=COVERED,
+                        control_topic="t.control")
 
 NAMES = st.sampled_from(["", "COLOR", "EMPL", "OTHER"])
 
@@ -49,14 +54,98 @@ def test_every_element_reaches_exactly_one_key(snam: str, parts: st.DataObject, 
     raw = encode_message(None, body, ebcdic=ebcdic, big_endian=ebcdic)
     rows = DECODER.rows(topic, 0, 7, b"KAFKAKEY", raw)
     assert all(r["error"] is None for r in rows)
+    assert DECODER.routes(topic, b"KAFKAKEY", raw) == DECODER.routes(topic, None, raw), \
+        "the Kafka key routes nothing"
     taken: list[int] = []
     for row in rows:
         elements, _warnings = DECODER.element_rows(
             topic, 0, 7, b"KAFKAKEY", raw, (row["destination"], row["subscription"]),
             row["part"])
         assert elements, f"key {row['destination']}/{row['subscription']} takes nothing"
-        taken += [e.elem_index for e in elements]
+        taken += [e.elem_index for e in elements if not e.echo]
+        for e in elements:
+            if e.echo:  # only a destination-wide restart, to a subscription of its destination
+                assert e.char("urbsst") in ("STRT", "REST") and not e.char("urbssnam")
+                assert row["subscription"] in {c.subscription for c in
+                                               COVERED[row["destination"]]}
     assert sorted(taken) == list(range(len(decode_message(raw).elements)))
+
+
+@pytest.mark.parametrize("st_", ["STRT", "REST", "TERM"])
+def test_a_destination_wide_status_lands_once_and_restarts_every_subscription(st_: str) -> None:
+    raw = encode_message(None, [make_element("URBS", urbsst=st_)])
+    rows = DECODER.rows("t.out1", 0, 5, None, raw)
+    keys = [(r["destination"], r["subscription"]) for r in rows]
+    echoes = [("OUT1", "COLOR"), ("OUT1", "EMPL")] if st_ != "TERM" else []
+    assert keys == [("OUT1", ""), *echoes]
+    got = {k: DECODER.element_rows("t.out1", 0, 5, None, raw, k, r["part"])[0]
+           for k, r in zip(keys, rows, strict=True)}
+    assert [e.echo for e in got[("OUT1", "")]] == [False]
+    assert all([e.echo for e in got[k]] == [True] for k in echoes)
+
+
+def test_a_gfft_of_its_own_goes_to_every_subscription_covering_its_file() -> None:
+    """Issue 14.8: a GFFT message names no subscription; with a null Kafka key it used to
+    land under subscription "" and never apply."""
+    def gfft(fnr: int) -> bytes:
+        return encode_message(None, [make_element("URBF", urbfdbid=10006, urbffnr=fnr,
+                                                  urbfgfid="G1", groups=[])])
+
+    def keys(topic: str, raw: bytes) -> list[tuple[str, str]]:
+        return [(r["destination"], r["subscription"]) for r in DECODER.rows(topic, 0, 1, None,
+                                                                            raw)]
+
+    assert keys("t.out1", gfft(4)) == [("OUT1", "COLOR")]
+    assert keys("t.out1", gfft(11)) == [("OUT1", "EMPL")]
+    assert keys("t.out1", gfft(99)) == [("OUT1", "")]
+    both = RecordDecoder({"t": "OUT1"}, "OUT1", "cp037", covered={"OUT1": [
+        Covered("A", 10006, frozenset({4})), Covered("B", 10006, frozenset({4, 5}))]})
+    rows = both.rows("t", 0, 1, None, gfft(4))
+    assert [(r["subscription"], r["part"]) for r in rows] == [("A", 0), ("B", 1)]
+    for r in rows:  # each lands it (a layouts row per subscription), none as an echo
+        [el] = both.element_rows("t", 0, 1, None, gfft(4), ("OUT1", r["subscription"]),
+                                 r["part"])[0]
+        assert el.eye == "URBF" and not el.echo
+
+
+def test_each_batch_adds_message_number_runs_and_destination_ticks() -> None:
+    from pipeline.reassembly.rows import HEADERS_EYE, TICK_EYE
+    from pipeline.urb import make_element as el
+
+    def msg(msnr: int, htime: int) -> bytes:
+        return encode_message(el("URBH", urbhmsnr=msnr, urbhtime=htime),
+                              [el("URBS", urbsst="C5DA", urbssnam="COLOR")])
+
+    records = [("t.out1", 0, o, msg(m, 1000 + o)) for o, m in
+               [(10, 5), (11, 6), (12, 7), (13, 9), (14, 3), (15, 10)]]
+    extra = DECODER.batch_rows(records)
+    runs = [r for r in extra if r["part"] == -1]
+    assert {(r["destination"], r["subscription"]) for r in runs} == {("OUT1", "")}
+    got = [DECODER.element_rows(r["topic"], 0, r["offset"], None, r["value"],
+                                ("OUT1", ""), r["part"])[0][0] for r in runs]
+    assert {g.eye for g in got} == {HEADERS_EYE}
+    assert [(g.offset, g.num("first"), g.num("last")) for g in got] == [
+        (10, 5, 7), (13, 9, 9), (14, 3, 3), (15, 10, 10)]
+    ticks = [r for r in extra if r["part"] == -2]
+    assert sorted(r["subscription"] for r in ticks) == ["COLOR", "EMPL"]
+    [tick] = DECODER.element_rows("t.out1", 0, 15, None, ticks[0]["value"],
+                                  ("OUT1", "COLOR"), -2)[0]
+    assert (tick.eye, tick.num("htime"), tick.offset) == (TICK_EYE, 1015, 15)
+
+
+def test_a_control_command_goes_to_the_key_it_names_and_junk_is_quarantined() -> None:
+    import json
+
+    from pipeline.reassembly.rows import CONTROL_EYE
+
+    cmd = json.dumps({"command": "resume", "destination": "OUT1", "subscription": "COLOR",
+                      "by": "alice"}).encode()
+    [row] = DECODER.rows("t.control", 0, 0, None, cmd)
+    assert (row["destination"], row["subscription"], row["error"]) == ("OUT1", "COLOR", None)
+    [el] = DECODER.element_rows("t.control", 0, 0, None, cmd, ("OUT1", "COLOR"), row["part"])[0]
+    assert (el.eye, el.char("command"), el.char("by")) == (CONTROL_EYE, "resume", "alice")
+    [bad] = DECODER.rows("t.control", 0, 1, None, b"{not json")
+    assert bad["error"] and "not a command" in bad["error"]
 
 
 def test_route_batch_gives_the_rows_of_each_record_in_order() -> None:
@@ -78,13 +167,13 @@ def test_route_batch_gives_the_rows_of_each_record_in_order() -> None:
          for r in records],
         schema=pa.schema([("topic", pa.string()), ("partition", pa.int32()),
                           ("offset", pa.int64()), ("key", pa.binary()), ("value", pa.binary())]))
-    out = route_batch(DECODER, batch)
+    [out] = route_batch(DECODER, batch)  # headers without URBHMSNR/URBHTIME: no run rows
     assert out.schema == ARROW_SCHEMA
     want = [row for r in records for row in DECODER.rows(*r)]
     assert out.to_pylist() == [{n: row[n] for n in ARROW_SCHEMA.names} for row in want]
-    assert [r["subscription"] for r in want] == ["COLOR", "COLOR", "EMPL", "COLOR"]
+    assert [r["subscription"] for r in want] == ["COLOR", "COLOR", "EMPL", ""]
     assert want[-1]["error"] and want[-1]["part"] == 0
-    assert route_batch(DECODER, batch.slice(0, 0)).num_rows == 0
+    assert route_batch(DECODER, batch.slice(0, 0))[0].num_rows == 0
 
 
 @pytest.mark.parametrize(("ebcdic", "big"), [(True, True), (False, False), (False, True)])

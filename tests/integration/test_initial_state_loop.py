@@ -92,7 +92,7 @@ def test_lost_transactions_converge_to_the_database_through_tran_and_inst(
     assert resent, "the seed must drop transactions that are followed by others"
     unverified = {r["isn"] for r in h.tables["records"] if r["resend"] and r["type"] in "IU"}
     requests = inst_requests(h)
-    assert requests and {i for q in requests for i in q.isns} == unverified
+    assert requests and {i for q in requests for _, isns in q.files for i in isns} == unverified
     for raw in (q for q in h.requests_sent if decode_message(q).elements[0].urbirt == "INST"):
         urbi = decode_message(raw).elements[0]
         assert (urbi.urbiinam, urbi.urbidbid, urbi.urbifnr, urbi.urbirtok) == (
@@ -128,10 +128,11 @@ def test_before_the_inst_answers_arrive_the_resent_isns_are_unverified() -> None
         h.batch()
     [first, *_] = inst_requests(h)
     model = current_model(h)
-    by_resend = [model[i] for i in first.isns if model[i]["tsnr"] in first.tsnrs]
+    asked = [i for _, isns in first.files for i in isns]
+    by_resend = [model[i] for i in asked if model[i]["tsnr"] in first.tsnrs]
     assert by_resend and not any(row["verified"] for row in by_resend)
     # an ISN a later live change already rewrote is verified by it (asked for all the same)
-    assert all(row["verified"] for i in first.isns if (row := model[i]) not in by_resend)
+    assert all(row["verified"] for i in asked if (row := model[i]) not in by_resend)
 
 
 def test_an_inst_the_definition_does_not_cover_is_a_critical_alert() -> None:

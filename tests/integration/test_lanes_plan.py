@@ -58,5 +58,5 @@ def test_decode_rows_carry_the_lane_of_their_key_and_0_for_others() -> None:
     assert [r["lane"] for r in mine] == [5] and mine[0]["subscription"] == "SUB1"
     other = RecordDecoder({"t": "OUT1"}, "OUT1", "cp037").rows("t", 0, 0, b"SUB1", value)
     assert [r["lane"] for r in other] == [0]
-    bad = decoder.rows("t", 0, 1, b"SUB1", b"garbage")
-    assert bad[0]["lane"] == 5 and bad[0]["error"]
+    bad = decoder.rows("t", 0, 1, b"SUB1", b"garbage")  # the destination key, whatever the key
+    assert bad[0]["lane"] == 0 and bad[0]["error"] and bad[0]["subscription"] == ""
