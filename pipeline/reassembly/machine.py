@@ -358,8 +358,17 @@ class _Run:
             offset=row.offset, elem_index=row.elem_index, urbhtime=row.urbhtime,
             at_ms=self.now, big_endian=row.big_endian))
         if row.char("urbsrt") == "INST":
+            self._pseudo_cut_short(row, st)
             self.events.extend(initial_state.on_reply(self.st.inst, row, self.config,
                                                       self._where()))
+
+    def _pseudo_cut_short(self, row: ElementRow, st: str) -> None:
+        """INST/CMPL on the key's own topic follows every pseudo-transaction of its request:
+        one still open with the request's token lost its continuation."""
+        p = self.st.partial
+        if (p is not None and p.tsnr == 0 and st == "CMPL" and row.home
+                and p.token == row.char("urbsrtok")):
+            self._lose("INST/CMPL came before the pseudo-transaction ended", row)
 
     def _restart(self, row: ElementRow, st: str) -> None:
         """STRT/REST: numbering restarts at 1 (seed 001, rule 16) — if it is a new one.

@@ -219,9 +219,11 @@ def _set_continuation_flags(msgs: list[list[Elem]]) -> None:
 
 
 def redeliver(feed: Feed, msg: list[ElementRow]) -> list[ElementRow]:
-    """The same message again at a new offset, as a producer retry delivers it."""
-    elems = [Elem(r.eye, dict(r.fields), r.payload, r.data) for r in msg]
-    return feed.message(elems, msnr=msg[0].urbhmsnr)
+    """The same message again at a new offset, byte for byte (its URBHMSNR and URBHTIME
+    too), as a producer retry or a connector's re-produced batch delivers it."""
+    rows = [r._replace(offset=feed.offset) for r in msg]
+    feed.offset += 1
+    return rows
 
 
 def tick(feed: Feed, htime: int) -> ElementRow:

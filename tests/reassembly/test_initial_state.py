@@ -273,3 +273,49 @@ def test_a_state_saved_before_inst_tracking_existed_still_loads() -> None:
     loaded = KeyState.from_bytes(old)
     assert loaded.inst.tracks == [] and loaded.inst.next_seq == 1
     assert loaded.gaps == h.state.gaps
+
+
+def test_a_multi_file_definition_asks_in_one_request_naming_every_file() -> None:
+    """Issue 14.7: seed 000 wants a URBI per file of the definition in one message; a file
+    without unverified ISNs is named too (it selects nothing)."""
+    two = InitialStateTarget("COLOR", "ICOLOR", 10006, (4, 9), (DEST,))
+    h, feed = with_gap(replace(CFG, initial_states=(two,)))
+    events = h.feed(feed.send(resend_of(txn(3, n_records=2))))
+    [req] = h.of(InitialStateRequested, events)
+    assert req.files == ((4, (101, 102)), (9, ()))
+    rows = events_to_rows(events, h.now)["requests"]
+    assert [(r["fnr"], r["isns"], r["request_id"]) for r in rows] == [
+        (4, [101, 102], "job:1"), (9, [], "job:1")]
+    assert len({r["idempotency_key"] for r in rows}) == 1, "one message"
+    assert {(t.request_id, t.fnr) for t in h.state.inst.tracks} == {("job:1", 4), ("job:1", 9)}
+
+
+def test_a_lost_pseudo_transaction_makes_its_request_incomplete_and_asks_again() -> None:
+    """Issue 14.6: the continuation of a pseudo-transaction is lost; at CMPL the request is
+    reported incomplete (warning) and the job asks again for the same ISNs."""
+    h, feed = with_gap()
+    h.feed(feed.send(resend_of(txn(3, n_records=2))))
+    replies(h, feed, inst_reply("INIT", 1))
+    chunk = feed.send(txn(0, 2, images=("A",), inst=True, token=JOB_TOKEN), cuts=[3])
+    h.feed([r for r in chunk if r.offset == chunk[0].offset])  # the continuation is lost
+    events = replies(h, feed, inst_reply("CMPL", 2))
+    changes = [(e.request_id, e.state) for e in h.of(InitialStateChanged, events)]
+    assert changes == [("job:1", "incomplete")]
+    [again] = h.of(InitialStateRequested, events)
+    assert (again.request_id, again.files, again.reason) == (
+        "job:2", ((4, (101, 102)),), "job:1 incomplete")
+    alert = next(a for a in events_to_rows(events, h.now)["alerts"]
+                 if a["kind"] == "initial_state_incomplete")
+    assert alert["severity"] == "warning"
+
+
+def test_a_cmpl_read_from_the_reply_topic_first_settles_nothing() -> None:
+    """INIT/CMPL copies on the reply topic are not ordered with the data: only the copy on
+    the key's own topic settles a request (``ElementRow.home``)."""
+    h, feed = with_gap()
+    h.feed(feed.send(resend_of(txn(3))))
+    early = [r._replace(home=False) for e in (inst_reply("INIT", 1), inst_reply("CMPL", 2))
+             for r in feed.message([e])]
+    assert h.of(InitialStateChanged, h.feed(early)) == []
+    events = replies(h, feed, inst_reply("INIT", 1), inst_reply("CMPL", 2))
+    assert [e.state for e in h.of(InitialStateChanged, events)] == ["started", "completed"]

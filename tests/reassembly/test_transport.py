@@ -1,0 +1,204 @@
+"""The transport a real replicator and connector make (issue 14), case by case on ``step``.
+
+Each test names the point of the issue it covers; each fails on the machine before issue 14
+(which trusted Kafka keys, immediate and flagged duplicates, named statuses and time).
+"""
+
+from __future__ import annotations
+
+from pipeline.reassembly.config import ReassemblyConfig
+from pipeline.reassembly.events import (
+    DuplicateDropped,
+    EpochStarted,
+    GapOpened,
+    GapRequested,
+    LostContinuation,
+    MessagesMissing,
+    StatRequested,
+    StatusReceived,
+    StormResumed,
+    StormTripped,
+    TransactionComplete,
+)
+from pipeline.reassembly.machine import step
+from pipeline.reassembly.rows import CONTROL_EYE, HEADERS_EYE, PSEUDO_INDEX, ElementRow
+from pipeline.reassembly.tables import events_to_rows
+from tests.reassembly.builders import (
+    RESTARTED,
+    Elem,
+    Feed,
+    Harness,
+    redeliver,
+    status,
+    statuses,
+    stck,
+    txn,
+)
+
+CFG = ReassemblyConfig(request_token="TOK1", reply_destination="REPLY")
+
+
+def only(events: list, cls: type) -> list:
+    return [e for e in events if isinstance(e, cls)]
+
+
+def echo(rows: list[ElementRow]) -> list[ElementRow]:
+    """The decode stage's fan-out copy of a destination-wide status."""
+    return [r._replace(echo=True) for r in rows]
+
+
+# -- 2. redelivery ---------------------------------------------------------------------------
+
+def test_a_redelivered_batch_from_before_a_restart_is_no_epoch_and_no_gap() -> None:
+    """The connector re-produces a batch that includes the STRT and the old epoch's last
+    transactions: the copy of STRT is older than what the destination sent since."""
+    h = Harness(CFG)
+    feed = Feed()
+    old = feed.send(txn(40), txn(41))
+    start = statuses(feed, status("STRT", snam=""))
+    new = feed.send(txn(1, later=RESTARTED), txn(2, later=RESTARTED))
+    h.feed(old + echo(start) + new)
+    copies = [r for m in (old, start, new) for r in redeliver_all(feed, m)]
+    events = h.feed(copies + feed.send(txn(3, later=RESTARTED)))
+    assert h.landed(events) == [3]
+    assert only(events, EpochStarted) == [] and only(events, GapOpened) == []
+    assert len(only(events, DuplicateDropped)) == 5  # 40, 41, STRT, 1, 2
+    assert h.state.epoch == 1
+
+
+def redeliver_all(feed: Feed, rows: list[ElementRow]) -> list[ElementRow]:
+    by_offset: dict[int, list[ElementRow]] = {}
+    for r in rows:
+        by_offset.setdefault(r.offset, []).append(r)
+    return [r for o in sorted(by_offset) for r in redeliver(feed, by_offset[o])]
+
+
+def test_a_redelivered_open_transaction_is_not_lost() -> None:
+    """A redelivery that starts before the open transaction's first message is skipped
+    whole; the open transaction goes on with its real continuation."""
+    h = Harness(CFG)
+    feed = Feed()
+    rows = feed.send(txn(1), txn(2), txn(3, 2), cuts=[10, 14])  # 3 spans two messages
+    msgs = {o: [r for r in rows if r.offset == o] for o in sorted({r.offset for r in rows})}
+    first, second, third = msgs.values()
+    h.feed(first + second)  # 1, 2 landed; 3 open
+    again = redeliver(feed, first) + redeliver(feed, second)
+    events = h.feed(again + [r._replace(offset=feed.offset) for r in third])
+    assert h.landed(events) == [3]
+    assert only(events, LostContinuation) == [] and only(events, GapOpened) == []
+
+
+# -- 3. destination-wide STRT ----------------------------------------------------------------
+
+def test_transactions_lost_right_after_start_are_a_gap() -> None:
+    """Issue 14.3: STRT names no subscription; its echo reaches the key, so tsnrs 1-2 lost
+    after it are a gap and requested."""
+    h = Harness(CFG)
+    feed = Feed()
+    events = h.feed(echo(statuses(feed, status("STRT", snam=""))) + feed.send(txn(3)))
+    [gap] = only(events, GapOpened)
+    assert (gap.from_tsnr, gap.to_tsnr) == (1, 2)
+    assert only(events, GapRequested)[0].tsnrs == (1, 2)
+    assert only(events, StatusReceived) == [], "the echo lands nothing: its own key does"
+
+
+# -- 6. initial state ------------------------------------------------------------------------
+
+def test_a_redelivered_pseudo_transaction_lands_once() -> None:
+    h = Harness(CFG)
+    feed = Feed()
+    rows = feed.send(txn(0, 2, images=("A",), inst=True, token="TOKEN1", ttim=stck(9)))
+    h.feed(rows)
+    events = h.feed(redeliver(feed, rows) + feed.send(txn(0, 2, images=("A",), inst=True,
+                                                          token="TOKEN1", ttim=stck(10))))
+    assert h.landed(events) == [0], "the copy is dropped, the next chunk lands"
+    [dup] = only(events, DuplicateDropped)
+    assert "initial-state" in dup.reason
+
+
+# -- 10. message numbers and STAT ------------------------------------------------------------
+
+def run_row(feed: Feed, first: int, last: int, htime: int = 0) -> ElementRow:
+    return ElementRow(feed.topic, 0, feed.offset, PSEUDO_INDEX, 0, 0, HEADERS_EYE,
+                      {"first": first, "last": last, "htime": htime})
+
+
+def test_a_hole_in_the_destination_s_message_numbers_is_a_messages_gap() -> None:
+    """Issue 14.10: a lost status-only message has no tsnr; the destination key sees the
+    URBHMSNR runs and reports the hole (warning, a gaps row of kind messages)."""
+    h = Harness(CFG)
+    feed = Feed()
+    h.feed([run_row(feed, 1, 10)])
+    events = h.feed([run_row(feed, 13, 20)])
+    [hole] = only(events, MessagesMissing)
+    assert (hole.from_tsnr, hole.to_tsnr, hole.kind) == (11, 12, "messages")
+    rows = events_to_rows(events, 0)
+    [gap] = rows["gaps"]
+    assert (gap["kind"], gap["state"]) == ("messages", "lost")
+    [alert] = rows["alerts"]
+    assert (alert["kind"], alert["severity"]) == ("messages_missing", "warning")
+    assert only(h.feed([run_row(feed, 15, 18)]), MessagesMissing) == [], "a redelivery"
+    events = h.feed([*statuses(feed, status("STRT", snam="")), run_row(feed, 1, 3)])
+    assert only(events, MessagesMissing) == [], "numbering restarts at STRT"
+
+
+def test_an_idle_key_asks_stat_and_a_subs_reveals_the_lost_last_transaction() -> None:
+    """Issue 14.10: the last transaction before an idle period was lost; after
+    ``stat_interval_ms`` the key asks STAT; the SUBS on its own topic names tsnr 3."""
+    h = Harness(ReassemblyConfig(request_token="TOK1", stat_interval_ms=60_000), now_ms=0)
+    feed = Feed()
+    h.feed(feed.send(txn(1), txn(2)))
+    assert h.timeout == 60_000
+    [ask] = only(h.fire(), StatRequested)
+    assert (ask.seq, ask.last_tsnr, ask.token) == (1, 2, "TOK1")
+    [row] = events_to_rows([ask], 0)["requests"]
+    assert (row["kind"], row["request_id"]) == ("STAT", "stat:1")
+    copy = statuses(feed, Elem("URBS", {**status("SUBS", rt="STAT", tsnr=3).fields}))
+    assert only(h.feed([r._replace(home=False) for r in copy]), GapOpened) == [], \
+        "the reply topic's copy is not ordered with the data"
+    events = h.feed(statuses(feed, status("SUBS", rt="STAT", tsnr=3)))
+    [gap] = only(events, GapOpened)
+    assert (gap.from_tsnr, gap.to_tsnr) == (3, 3) and "STAT" in gap.reason
+    assert h.state.stat.answered and h.timeout != h.now + 60_000
+
+
+# -- storm breaker ---------------------------------------------------------------------------
+
+def test_a_scrambled_sequence_trips_the_breaker_once_and_an_operator_resumes() -> None:
+    """Messages of one destination over three partitions (read partition by partition):
+    every transaction looks out of place. Requests stop after ``storm_max_gaps`` gaps with
+    one critical alert; complete transactions keep landing; `gaps resume` asks again."""
+    config = ReassemblyConfig(request_token="TOK1", storm_max_gaps=3, storm_window_ms=60_000)
+    h = Harness(config)
+    feed = Feed()
+    rows = feed.send(*(txn(t) for t in range(1, 31)), cuts=list(range(5, 150, 5)))
+    scrambled = [r._replace(partition=r.offset % 3) for r in rows]
+    events = h.feed(scrambled)
+    assert len(only(events, StormTripped)) == 1
+    asked = [e for e in events if isinstance(e, GapRequested)]
+    assert len(asked) <= 3, "no requests once tripped"
+    assert len(h.landed(events)) == 30
+    alert = [a for a in events_to_rows(events, 0)["alerts"] if a["kind"] == "storm_tripped"]
+    assert alert[0]["severity"] == "critical" and "sequence scrambled" in alert[0]["message"]
+    resume = ElementRow("urb.control", 0, 0, PSEUDO_INDEX, 0, 0, CONTROL_EYE,
+                        {"command": "resume", "by": "alice", "note": "fixed partitions"})
+    events = h.feed([resume])
+    [resumed] = only(events, StormResumed)
+    assert resumed.by == "alice" and not h.state.storm.tripped
+    assert len(only(events, GapRequested)) == len([g for g in h.state.gaps if g.missing])
+
+
+def test_a_healthy_lossy_stream_never_trips_the_breaker() -> None:
+    h = Harness(ReassemblyConfig(request_token="TOK1"))
+    feed = Feed()
+    specs = [txn(t) for t in range(1, 400) if t % 25]  # one loss every 25 transactions
+    events = h.feed(feed.send(*specs))
+    assert only(events, StormTripped) == [] and len(only(events, GapRequested)) == 15
+
+
+def test_replaying_a_batch_with_new_evidence_is_deterministic() -> None:
+    rows = Feed().send(txn(1), txn(5), txn(6))
+    a = step(None, rows, 1_000, CFG, ("OUT1", "COLOR"))
+    b = step(None, rows, 1_000, CFG, ("OUT1", "COLOR"))
+    assert a.events == b.events and a.state.to_bytes() == b.state.to_bytes()
+    assert [t.tsnr for t in only(a.events, TransactionComplete)] == [1, 5, 6]
