@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from itertools import repeat
 
 from pipeline.payload import spark_ddl
@@ -104,47 +105,53 @@ TIME_COLUMNS = {"transactions": ("commit_time", "processed_time", "sent_time", "
                 "records": ("record_time",), "images": ()}
 
 
-def stck_to_datetime(value: int | None) -> datetime | None:
-    """STCK (TOD clock) → UTC datetime; 0/None means the field was not set."""
+def stck_to_datetime(value: int | None, offset_us: int = 0) -> datetime | None:
+    """STCK (TOD clock) → UTC datetime; 0/None means the field was not set. ``offset_us``:
+    what the replicator's TOD clock runs ahead of UTC (leap seconds, local time)."""
     if not value:
         return None
-    return TOD_EPOCH + timedelta(microseconds=value >> 12)
+    return TOD_EPOCH + timedelta(microseconds=(value >> 12) - offset_us)
 
 
-def stck_to_unix_us(value: int | None) -> int | None:
-    """STCK (TOD clock) → Unix microseconds; 0/None means the field was not set."""
-    return stck.stck_to_unix_us(value) if value else None
+def stck_to_unix_us(value: int | None, offset_us: int = 0) -> int | None:
+    """STCK (TOD clock) → Unix microseconds in UTC; 0/None means the field was not set."""
+    return stck.stck_to_unix_us(value, offset_us) if value else None
 
 
 def ms_to_datetime(ms: int) -> datetime:
     return UNIX_EPOCH + timedelta(milliseconds=ms)
 
 
-def events_to_rows(events: Iterable[Event], now_ms: int) -> Rows:
-    """Rows per table for a list of events; every table key is present (maybe empty)."""
-    out, columns = events_to_tables(events, now_ms)
+def events_to_rows(events: Iterable[Event], now_ms: int, tod_offset_us: int = 0) -> Rows:
+    """Rows per table for a list of events; every table key is present (maybe empty).
+    ``tod_offset_us`` is subtracted from every replicator STCK time (see stck_to_datetime)."""
+    out, columns = events_to_tables(events, now_ms, tod_offset_us)
     for table, cols in columns.items():
         out[table] = columns_to_rows(table, cols)
     return out
 
 
-def events_to_tables(events: Iterable[Event], now_ms: int) -> tuple[Rows, Columns]:
+def events_to_tables(events: Iterable[Event], now_ms: int,
+                     tod_offset_us: int = 0) -> tuple[Rows, Columns]:
     """Rows per table, except the landed transactions' tables, which come as columns."""
     out: Rows = {name: [] for name in TABLES}
     landed: list[TransactionComplete] = []
+    handlers = {**_HANDLERS, **{cls: partial(fn, offset_us=tod_offset_us)
+                                for cls, fn in _CLOCKED.items()}}
     for event in events:
         if isinstance(event, TransactionComplete):
             landed.append(event)
             continue
         for cls in type(event).__mro__:
-            handler = _HANDLERS.get(cls)
+            handler = handlers.get(cls)
             if handler is not None:
                 handler(event, now_ms, out)
                 break
-    return out, transaction_columns(landed, now_ms)
+    return out, transaction_columns(landed, now_ms, tod_offset_us)
 
 
-def transaction_columns(events: Iterable[TransactionComplete], now_ms: int) -> Columns:
+def transaction_columns(events: Iterable[TransactionComplete], now_ms: int,
+                        tod_offset_us: int = 0) -> Columns:
     """The transactions, records and images of landed transactions, column by column, in
     event order (times as Unix microseconds or None).
 
@@ -154,10 +161,14 @@ def transaction_columns(events: Iterable[TransactionComplete], now_ms: int) -> C
     rec: dict[str, list] = {name: [] for name in RECORD_COLUMNS}
     img: dict[str, list] = {name: [] for name in IMAGE_COLUMNS}
     landed_us = now_ms * 1000
+
+    def us(value: int) -> int | None:
+        return stck_to_unix_us(value, tod_offset_us)
+
     for e in events:
         names = (e.subscription, e.destination, e.epoch, e.tsnr)
-        tx.append((*names, e.dbid, e.record_count, stck_to_unix_us(e.commit_time),
-                   stck_to_unix_us(e.processed_time), stck_to_unix_us(e.sent_time),
+        tx.append((*names, e.dbid, e.record_count, us(e.commit_time), us(e.processed_time),
+                   us(e.sent_time),
                    e.initial_state, e.resent, e.possibly_resent, e.origin, e.token, e.topic,
                    e.first_partition, e.first_offset, e.last_partition, e.last_offset,
                    len(e.images), landed_us))
@@ -165,7 +176,7 @@ def transaction_columns(events: Iterable[TransactionComplete], now_ms: int) -> C
             _extend(rec, RECORD_COLUMNS[:4], names, len(e.records))
             for name, values in zip(RecordOut._fields, zip(*e.records, strict=True),
                                     strict=True):  # by field name: a reorder cannot misplace
-                rec[name].extend(map(stck_to_unix_us, values) if name == "record_time"
+                rec[name].extend(map(us, values) if name == "record_time"
                                  else values)
         if e.images:
             _extend(img, (*IMAGE_COLUMNS[:4], "acode", "wcode", "arc"),
@@ -340,18 +351,21 @@ def _epoch(e: EpochStarted, now_ms: int, out: Rows) -> None:
             "previous_next_tsnr": e.previous_next_tsnr})
 
 
-def _status(e: StatusReceived, now_ms: int, out: Rows) -> None:
+def _status(e: StatusReceived, now_ms: int, out: Rows, offset_us: int = 0) -> None:
     f = e.fields
+
+    def when(value: int) -> datetime | None:
+        return stck_to_datetime(value, offset_us)
+
     st = str(f.get("urbsst") or "").strip()
     out["status_events"].append({
         **_names(e), "rt": _s(f, "urbsrt"), "st": st, "rsp": _i(f, "urbsrsp"),
         "subc": _i(f, "urbssubc"), "token": _s(f, "urbsrtok"), "inam": _s(f, "urbsinam"),
         "snam": _s(f, "urbssnam"), "dnam": _s(f, "urbsdnam"), "tsnr": _i(f, "urbstsnr"),
         "dbid": _i(f, "urbsdbid"), "fnr": _i(f, "urbsfnr"), "err_info": _s(f, "urbserri"),
-        "data": e.data, "time": stck_to_datetime(_i(f, "urbstime")),
-        "process_time": stck_to_datetime(_i(f, "urbsptim")),
-        "commit_time": stck_to_datetime(_i(f, "urbsttim")),
-        "sent_time": stck_to_datetime(e.urbhtime), "topic": e.topic,
+        "data": e.data, "time": when(_i(f, "urbstime")),
+        "process_time": when(_i(f, "urbsptim")), "commit_time": when(_i(f, "urbsttim")),
+        "sent_time": when(e.urbhtime), "topic": e.topic,
         "partition": e.partition, "offset": e.offset, "elem_index": e.elem_index,
         "fields_json": _json(f), "received_at": ms_to_datetime(e.at_ms),
         "big_endian": e.big_endian,
@@ -381,17 +395,19 @@ def _inconsistent(e: Inconsistent, now_ms: int, out: Rows) -> None:
     })
 
 
-def _layout(e: LayoutReceived, now_ms: int, out: Rows) -> None:
+def _layout(e: LayoutReceived, now_ms: int, out: Rows, offset_us: int = 0) -> None:
     lay = e.layout
     assert lay is not None and lay.key is not None
     out["layouts"].append({
         **_names(e), "dbid": lay.key.dbid, "fnr": lay.key.fnr, "gfid": lay.key.gfid,
-        "created": stck_to_datetime(lay.key.created), "created_stck": str(lay.key.created),
+        "created": stck_to_datetime(lay.key.created, offset_us),
+        "created_stck": str(lay.key.created),
         "file_name": _s(e.fields, "urbffnam"), "field_count": len(e.fields.get("groups") or ()),
         "layout_json": json.dumps(lay.to_dict(), sort_keys=True), "ddl": spark_ddl(lay),
         "gfft_json": _json(e.fields), "raw": e.data, "topic": e.topic, "partition": e.partition,
         "offset": e.offset, "elem_index": e.elem_index,
-        "sent_time": stck_to_datetime(e.urbhtime), "received_at": ms_to_datetime(e.at_ms),
+        "sent_time": stck_to_datetime(e.urbhtime, offset_us),
+        "received_at": ms_to_datetime(e.at_ms),
     })
 
 
@@ -443,6 +459,8 @@ def _jsonable(value: object) -> object:
     return str(value)
 
 
+#: Handlers of events with replicator times: given the TOD clock's offset per call.
+_CLOCKED: dict[type, Callable[..., None]] = {StatusReceived: _status, LayoutReceived: _layout}
 _HANDLERS: dict[type, Callable[..., None]] = {
     GapEvent: _gap, LostContinuation: _lost,
     EpochStarted: _epoch, StatusReceived: _status, BufferLimitExceeded: _buffer,

@@ -122,21 +122,22 @@ def to_output(tables: dict[str, list[dict[str, Any]]]) -> pd.DataFrame:
 
 
 def key_stats(key: tuple[str, str], frames: list[pd.DataFrame], state: KeyState | None,
-              events: list[Any] = ()) -> dict[str, Any]:
+              events: list[Any] = (), tod_offset_us: int = 0) -> dict[str, Any]:
     """The metrics row of one call: input bytes (each record once), the key's open gaps, and
     each landed transaction's commit/processed/sent times (Unix µs) for the latency legs, so
     the sink needs no extra Spark job to read them back."""
     nbytes = sum(int(f.loc[f["part"] == 0, "value"].map(len).sum()) for f in frames if len(f))
-    times = [[stck_to_unix_us(e.commit_time), stck_to_unix_us(e.processed_time),
-              stck_to_unix_us(e.sent_time)]
+    times = [[stck_to_unix_us(e.commit_time, tod_offset_us),
+              stck_to_unix_us(e.processed_time, tod_offset_us),
+              stck_to_unix_us(e.sent_time, tod_offset_us)]
              for e in events if isinstance(e, TransactionComplete)]
     return {"destination": key[-2], "subscription": key[-1], "bytes": nbytes,
             "open_gaps": len(state.gaps) if state is not None else 0, "times_us": times}
 
 
 def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int,
-                 stats: dict[str, Any] | None = None, files: DataFiles | None = None
-                 ) -> pd.DataFrame:
+                 stats: dict[str, Any] | None = None, files: DataFiles | None = None,
+                 tod_offset_us: int = 0) -> pd.DataFrame:
     """One call's output frame: the events' table rows plus the decoder's rejected records,
     quarantined at the batch's processing time, plus the call's ``stats`` row (table
     ``STATS_TABLE``: read by the sink for the metrics, never landed). With ``files`` (the
@@ -144,9 +145,9 @@ def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int,
     their file descriptions instead (``pipeline.spark.datafiles``). Shared by both state
     APIs."""
     if files is None:
-        tables, columns = events_to_rows(events, now_ms), {}
+        tables, columns = events_to_rows(events, now_ms, tod_offset_us), {}
     else:  # the landed transactions' tables as columns, for Arrow
-        tables, columns = events_to_tables(events, now_ms)
+        tables, columns = events_to_tables(events, now_ms, tod_offset_us)
     for row in rejected:
         row["quarantined_at"] = ms_to_datetime(now_ms)
     tables.setdefault("quarantine", []).extend(rejected)
@@ -176,8 +177,9 @@ def state_function(config: ReassemblyConfig, decoder: RecordDecoder,
             # PySpark keeps an old timeout armed unless every call sets or clears it.
             if result.next_timeout_ms is not None and result.next_timeout_ms > now_ms:
                 state.setTimeoutDuration(result.next_timeout_ms - now_ms)
-            out = batch_output(result.events, rejected, now_ms,
-                               key_stats(key, pdfs, result.state, result.events), files)
+            stats = key_stats(key, pdfs, result.state, result.events, config.tod_offset_us)
+            out = batch_output(result.events, rejected, now_ms, stats, files,
+                               config.tod_offset_us)
         yield out
 
     return reassemble

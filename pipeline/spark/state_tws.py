@@ -128,11 +128,13 @@ class ReassemblyProcessor(StatefulProcessor):
                     stored = tuple(ImageOut(int(r[0]), int(r[1]), r[2], bytes(r[3]))
                                    for r in self.images.get())
                     events[i] = dataclasses.replace(event, images=stored + event.images)
-        stats = key_stats((key[-2], key[-1]), frames, result.state, result.events)
+        stats = key_stats((key[-2], key[-1]), frames, result.state, result.events,
+                          self.config.tod_offset_us)
         self._save(result.state, spilled)
         self._arm(result.next_timeout_ms, now_ms)
 
-        return batch_output(events, rejected, now_ms, stats, self.files)
+        return batch_output(events, rejected, now_ms, stats, self.files,
+                            self.config.tod_offset_us)
 
     def _save(self, st: KeyState | None, spilled: tuple[int, int, int, int] | None) -> None:
         """Append the open Partial's new images to the list, save the header without them."""

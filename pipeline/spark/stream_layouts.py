@@ -145,8 +145,9 @@ def prepare_file(spark: SparkSession, settings: Settings, lay: Layout, fv: FileV
     plan = plan_columns(fv.layouts, have, TYPED_KEY_COLUMNS)
     conform_tables(spark, settings, tables, {c: plan.columns[c]
                                              for c in (*plan.added, *plan.widened)})
-    spec = VersionedSpec(fv.layouts, plan.columns, refused=plan.refused, **form)
-    return spec, version_events(lay, fv, plan, tables[1])
+    spec = VersionedSpec(fv.layouts, plan.columns, refused=plan.refused,
+                         tod_offset_us=settings.replicator.tod_offset_us, **form)
+    return spec, version_events(lay, fv, plan, tables[1], settings.replicator.tod_offset_us)
 
 
 def conform_tables(spark: SparkSession, settings: Settings, tables: list[str],
@@ -164,8 +165,8 @@ def conform_tables(spark: SparkSession, settings: Settings, tables: list[str],
     return changed
 
 
-def version_events(lay: Layout, fv: FileVersions, plan: ColumnPlan,
-                   current: str) -> list[dict[str, Any]]:
+def version_events(lay: Layout, fv: FileVersions, plan: ColumnPlan, current: str,
+                   tod_offset_us: int = 0) -> list[dict[str, Any]]:
     """One ``schema_events`` row per version first seen in this batch: the columns it brought
     (compared with the conf and the older versions, so a replay writes the same row)."""
     rows = []
@@ -192,7 +193,8 @@ def version_events(lay: Layout, fv: FileVersions, plan: ColumnPlan,
             "target_table": current,
             "result": refused or brought or "no new columns",
             "reason": f"GFFT {version_label(key)}",
-            "at": stck_to_datetime(key.created), "received_at": fv.received.get(key),
+            "at": stck_to_datetime(key.created, tod_offset_us),
+            "received_at": fv.received.get(key),
             "seq": len(rows),
         })
     return rows

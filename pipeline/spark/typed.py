@@ -526,7 +526,8 @@ def _specs(spark: SparkSession, settings: Settings, batch: DataFrame, batch_id: 
         if fv is None or (not fv.layouts.versions and lay.format_buffer):
             specs[suffix] = (_conf_spec(spark, settings, lay, suffix in present)
                              if lay.format_buffer else
-                             VersionedSpec(FileLayouts(None), {}, **_form(settings, lay)))
+                             VersionedSpec(FileLayouts(None), {}, **_form(settings, lay),
+                                           tod_offset_us=settings.replicator.tod_offset_us))
             continue
         spec, rows = prepare_file(spark, settings, lay, fv, value_tables(lay),
                                   _form(settings, lay))
@@ -550,7 +551,8 @@ def _conf_spec(spark: SparkSession, settings: Settings, lay: Layout,
     wider = {c: have[c] for c, t in types.items() if c in have and widen_steps(t, have[c])}
     if not wider:
         return spec
-    return VersionedSpec(FileLayouts(spec.layout), {**types, **wider}, **_form(settings, lay))
+    return VersionedSpec(FileLayouts(spec.layout), {**types, **wider}, **_form(settings, lay),
+                         tod_offset_us=settings.replicator.tod_offset_us)
 
 
 def _write_file(spark: SparkSession, lay: Layout, settings: Settings,

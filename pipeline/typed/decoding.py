@@ -77,13 +77,17 @@ class VersionedSpec:
     codepage: str = "cp037"
     empty: str = "keep"
     refused: Mapping[LayoutKey, str] = field(default_factory=dict)
+    # The replicator's TOD clock ahead of UTC: a GFFT's creation time (URBFTIM1, raw machine
+    # time) is compared with a commit time (UTC µs) on the same clock.
+    tod_offset_us: int = 0
 
     @property
     def columns(self) -> list[str]:
         return list(self.types)
 
     def pick(self, commit_us: int | None) -> tuple[DecodeSpec | None, str | None]:
-        layout = self.layouts.pick(commit_us)
+        machine_us = None if commit_us is None else commit_us + self.tod_offset_us
+        layout = self.layouts.pick(machine_us)
         if layout is None:
             return None, "no layout for this file yet (no format buffer, no GFFT received)"
         if layout.key in self.refused:

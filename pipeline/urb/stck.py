@@ -16,10 +16,12 @@ TOD_UNIX_US = (datetime(1970, 1, 1, tzinfo=UTC) - TOD_EPOCH) // timedelta(micros
 _MAX_STCK = (1 << 64) - 1
 
 
-def stck_to_unix_us(value: int) -> int:
+def stck_to_unix_us(value: int, offset_us: int = 0) -> int:
     """A raw STCK as microseconds since 1970 (comparable with Spark timestamps), without a
-    datetime on the way: the hot paths convert every landed transaction's times."""
-    return (value >> 12) - TOD_UNIX_US
+    datetime on the way: the hot paths convert every landed transaction's times.
+    ``offset_us``: what the TOD clock runs ahead of UTC (leap seconds, a local-time offset:
+    ``pipeline.config.Replicator.tod_offset_us``)."""
+    return (value >> 12) - TOD_UNIX_US - offset_us
 
 
 def stck_to_datetime(value: int, *, leap_seconds: int = 0) -> datetime:

@@ -189,7 +189,7 @@ def call_key(blob: bytes | None, frames: Sequence[pd.DataFrame], now_ms: int,
     elements, rejected = split_frames(frames, decoder)
     current = KeyState.from_bytes(blob) if blob is not None else None
     result = step(current, elements, now_ms, config, key)
-    tables = events_to_rows(result.events, now_ms)
+    tables = events_to_rows(result.events, now_ms, config.tod_offset_us)
     for row in rejected:
         row["quarantined_at"] = ms_to_datetime(now_ms)
     tables["quarantine"].extend(rejected)

@@ -112,3 +112,41 @@ def test_a_resend_ahead_of_any_newer_message_is_never_given_up(ticks, old_messag
         h.feed(feed.send(txn(4 + n)))  # sent at T0 + a few seconds: long before our requests
     h.feed(feed.send(resend_of(txn(2))))
     assert h.of(GapFilled) and not h.of(GapUnrecoverable)
+
+
+LOCAL_TOD = (27 + 3600) * 1_000_000  # a TOD clock with 27 leap seconds, set to UTC+1
+
+
+def test_a_tod_clock_on_local_time_is_no_evidence_once_its_offset_is_configured() -> None:
+    """Issue 14.12: URBHTIME is machine time; a TOD clock an hour ahead makes every message
+    look sent an hour after our requests (processing time, UTC). With the offset configured
+    the lagging job still waits; without, the verdict comes at once (the measured fault)."""
+    for offset, verdict in ((LOCAL_TOD, False), (0, True)):
+        h = Harness(replace(CFG, tod_offset_us=offset), now_ms=T0 + 100_000)
+        feed = Feed()
+        feed.time = stck(LOCAL_TOD + 1_000_000)  # sent at T0 + 1 s UTC, read 99 s later
+        h.feed(feed.send(txn(1)) + feed.send(txn(3)))
+        events = exhaust(h)
+        feed.time = stck(LOCAL_TOD + 4_000_000)  # another message sent before the requests
+        events += h.feed(feed.send(txn(4)))
+        assert bool(h.of(GapUnrecoverable, events)) is verdict, offset
+
+
+def test_every_time_column_takes_the_tod_clock_offset() -> None:
+    from datetime import timedelta
+
+    from pipeline.reassembly.tables import events_to_rows, stck_to_datetime
+    from tests.reassembly.builders import status, statuses
+
+    h = Harness(CFG)
+    feed = Feed()
+    events = h.feed(feed.send(txn(1)) + statuses(feed, status("C5DA")))
+    utc, local = events_to_rows(events, 0), events_to_rows(events, 0, LOCAL_TOD)
+    shift = timedelta(microseconds=LOCAL_TOD)
+    for table, cols in (("transactions", ("commit_time", "processed_time", "sent_time")),
+                        ("records", ("record_time",)),
+                        ("status_events", ("time", "sent_time"))):
+        for col in cols:
+            assert utc[table][0][col] - local[table][0][col] == shift, (table, col)
+    assert utc["transactions"][0]["landed_at"] == local["transactions"][0]["landed_at"]
+    assert stck_to_datetime(stck(0), LOCAL_TOD) == stck_to_datetime(stck(0)) - shift
