@@ -126,6 +126,7 @@ class _Run:
         msg = msg[lead:]
         first = msg[0]
         self.sent_ms = self.config.stck_ms(first.urbhtime)
+        sent = first.urbhtime
         if all(r.eye == "URBS" for r in msg) and self._status_copy(first):
             return
         if first.eye in DATA_EYES:
@@ -133,7 +134,7 @@ class _Run:
         else:
             for row in msg:
                 self._element(row)
-        self._seen_sent(self.sent_ms)
+        self._seen_sent(sent)
 
     def _data_message(self, msg: tuple[ElementRow, ...]) -> None:
         first = msg[0]
@@ -154,11 +155,12 @@ class _Run:
         self.resumed = False
         self._end_of_message()
 
-    def _seen_sent(self, sent_ms: int | None) -> None:
+    def _seen_sent(self, stck: int) -> None:
         """The destination's clock: the newest URBHTIME seen on it (evidence for verdicts,
         the partial transaction's timeout and restarts)."""
-        if sent_ms is not None and (self.st.newest_sent_ms or 0) < sent_ms:
-            self.st.newest_sent_ms = sent_ms
+        if stck > self.st.newest_sent:
+            self.st.newest_sent = stck
+            self.st.newest_sent_ms = self.config.stck_ms(stck)
 
     def _status_copy(self, first: ElementRow) -> bool:
         """A status-only message delivered again (numbering.Copies): dropped, counted."""
@@ -242,7 +244,7 @@ class _Run:
     def _pseudo(self, row: ElementRow) -> None:
         """A row the decode stage adds (rows.HEADERS_EYE, TICK_EYE, CONTROL_EYE)."""
         if row.eye == TICK_EYE:
-            self._seen_sent(self.config.stck_ms(row.num("htime")))
+            self._seen_sent(row.num("htime"))
         elif row.eye == HEADERS_EYE:
             self._message_numbers(row)
         elif row.eye == CONTROL_EYE:
@@ -251,7 +253,7 @@ class _Run:
     def _message_numbers(self, row: ElementRow) -> None:
         """A run of consecutive URBHMSNR on the destination (destination-wide key)."""
         hole = self.st.numbering.on_run(row.num("first"), row.num("last"))
-        self._seen_sent(self.config.stck_ms(row.num("htime")))
+        self._seen_sent(row.num("htime"))
         if hole is None:
             return
         self.st.count("messages_missing", hole[1] - hole[0] + 1)
@@ -377,9 +379,8 @@ class _Run:
         everything the replicator sent before, so its time must be newer than the newest
         message seen on the destination.
         """
-        sent = self.config.stck_ms(max(row.urbhtime, row.num("urbstime")))
-        newest = self.st.newest_sent_ms
-        if sent is not None and newest is not None and sent <= newest:
+        sent = max(row.urbhtime, row.num("urbstime"))
+        if sent and sent <= self.st.newest_sent:  # STCK values are unique: a copy
             return
         if not self.subscription:  # the destination-wide key: message numbers restart
             self.st.numbering.restart()

@@ -50,6 +50,7 @@ class KeyState:
     counters: dict[str, int] = field(default_factory=dict)
     inst: InstState = field(default_factory=InstState)  # INST requests asked and tracked
     newest_sent_ms: int | None = None  # newest URBHTIME (Unix ms, UTC) seen on the destination
+    newest_sent: int = 0               # the same, raw STCK (restarts compare to the tick)
     newest_commit: int | None = None   # newest URBTTTIM (raw STCK) placed, over all epochs
     epoch_floor: int | None = None     # newest URBTTTIM placed before the epoch began
     epoch_time: int = 0                # STCK of the STRT/REST that began the epoch (0: none)
@@ -67,7 +68,8 @@ class KeyState:
         """Nothing worth keeping: the state Spark may drop (a key that only ever saw a GFFT
         keeps nothing, not even the time it was sent)."""
         return self == KeyState(window=DupWindow(self.window.size),
-                                newest_sent_ms=self.newest_sent_ms)
+                                newest_sent_ms=self.newest_sent_ms,
+                                newest_sent=self.newest_sent)
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
@@ -85,7 +87,8 @@ class KeyState:
             "discard": self.discard, "gaps": [g.to_obj() for g in self.gaps],
             "held": [[u, _txn_obj(t, blob)] for u, t in self.held],
             "counters": self.counters, "inst": self.inst.to_obj(),
-            "sent_ms": self.newest_sent_ms, "commit": self.newest_commit,
+            "sent_ms": self.newest_sent_ms, "sent": self.newest_sent,
+            "commit": self.newest_commit,
             "floor": self.epoch_floor, "epoch_time": self.epoch_time,
             "given_up": self.given_up.to_obj(), "storm": self.storm.to_obj(),
             "stat": self.stat.to_obj(), "numbering": self.numbering.to_obj(),
@@ -112,7 +115,7 @@ class KeyState:
             held=[(u, _txn_from(t, blob)) for u, t in doc["held"]],
             counters=dict(doc["counters"]),
             inst=InstState.from_obj(doc.get("inst")),  # absent in states written before INST
-            newest_sent_ms=doc.get("sent_ms"),
+            newest_sent_ms=doc.get("sent_ms"), newest_sent=doc.get("sent", 0),
             # absent in states written before issue 14: their defaults
             newest_commit=doc.get("commit"), epoch_floor=doc.get("floor"),
             epoch_time=doc.get("epoch_time", 0),

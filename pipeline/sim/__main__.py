@@ -24,9 +24,14 @@ examples:
   python -m pipeline.sim --kafka localhost:9092 --serve --rate 50 --duration 60
   python -m pipeline.sim --kafka localhost:9092 --transactions 0 --duration 30 --progress
 
-The file format is 4-byte big-endian length + message, repeated. Kafka keys are the
-subscription name for data (and subscription-related status), the destination name for
-replicator-wide status (STRT, TERM, REST). See pipeline/sim/config.py for the YAML keys.
+The file format is 4-byte big-endian length + message, repeated. By default the stream is
+what a real replicator behind an MQ source connector delivers: no Kafka key (--key msgid: the
+MQ message id; --key subscription: the subscription name, or the destination's for STRT/TERM/
+REST), STRT/REST/TERM naming neither subscription nor destination, STCK times on a TOD clock
+with 27 leap seconds set to UTC+01:00, a resend buffer that overwrites its oldest entries.
+Faults add what the connector does on a bad day: --redeliveries (a batch produced again, byte
+for byte, up to --redelivery-max messages back), --stalls (a continuation held
+--stall-seconds). See pipeline/sim/config.py for the YAML keys.
 """
 
 _FAULT_FLAGS = {
@@ -35,6 +40,10 @@ _FAULT_FLAGS = {
     "duplicate": ("--duplicates", "deliver transactions twice, again with RSND='Y'"),
     "restart": ("--restarts", "abnormal restarts: REST, numbering back to 1"),
     "corrupt": ("--corrupt", "damage the bytes of messages"),
+    "redeliver": ("--redeliveries", "the connector produces its last batch of a destination "
+                                    "again, byte for byte (up to --redelivery-max messages)"),
+    "stall": ("--stalls", "the connector holds a continuation message --stall-seconds "
+                          "(Kafka output: the simulator sleeps that long)"),
 }
 
 
@@ -88,6 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="chance of a C5DA user-data status after each transaction",
     )
     what.add_argument("--no-term", action="store_true", help="end without TERM")
+    what.add_argument("--key", choices=("none", "msgid", "subscription"),
+                      help="Kafka record key the connector writes (default: none)")
+    what.add_argument("--tod-utc-offset", metavar="+HH:MM",
+                      help="offset of the TOD clock from UTC (default +01:00)")
+    what.add_argument("--tod-leap-seconds", type=int, metavar="N",
+                      help="leap seconds the TOD clock includes (default 27)")
+    what.add_argument("--lifecycle-names-destination", action="store_true",
+                      help="STRT/REST/TERM name their destination in URBSDNAM")
     what.add_argument(
         "--wall-clock",
         action="store_true",
@@ -122,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     faults = p.add_argument_group("faults (deterministic under --seed; counts over the run)")
     for kind, (flag, text) in _FAULT_FLAGS.items():
         faults.add_argument(flag, dest=kind, type=int, default=0, metavar="K", help=text)
+    faults.add_argument("--redelivery-max", type=int, metavar="N",
+                        help="largest batch a redelivery repeats, in messages (default 2000)")
+    faults.add_argument("--stall-seconds", type=float, metavar="S",
+                        help="how long a stall holds the continuation (default 600)")
     faults.add_argument(
         "--fault-rate",
         action="append",
@@ -173,6 +194,15 @@ def _config(args: argparse.Namespace) -> SimConfig:
         update["utility_events"] = config.utility_events + parsed
     if args.gfft:
         update["gfft_files"] = tuple(dict.fromkeys((*config.gfft_files, *args.gfft)))
+    for name, value in (("kafka_key", args.key), ("tod_utc_offset", args.tod_utc_offset),
+                        ("tod_leap_seconds", args.tod_leap_seconds),
+                        ("redelivery_max_messages", args.redelivery_max)):
+        if value is not None:
+            update[name] = value
+    if args.stall_seconds is not None:
+        update["stall_ms"] = int(args.stall_seconds * 1000)
+    if args.lifecycle_names_destination:
+        update["lifecycle_names_destination"] = True
     if args.max_records:
         mix = config.mix.model_copy(update={"max_records": args.max_records})
         update["mix"] = mix.model_copy(
@@ -199,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = _config(args)
         plan = _faults(args)
-        clock = WallClock() if (args.wall_clock or args.kafka) else None
+        clock = WallClock(config.tod_offset_us) if (args.wall_clock or args.kafka) else None
         rep = Replicator(config, args.seed, faults=plan, transactions=transactions, clock=clock)
     except ValueError as exc:
         parser.error(str(exc))

@@ -35,10 +35,13 @@ class Clock(Protocol):
 
 
 class SimClock:
-    """A clock that moves only when told to: deterministic output under a seed."""
+    """A clock that moves only when told to: deterministic output under a seed.
 
-    def __init__(self, start: datetime) -> None:
-        self._now = micros_of(start)
+    It tells machine time: ``tod_offset_us`` ahead of UTC (a TOD clock with leap seconds,
+    or on local time: seed 001, "About Output Message Time Stamps")."""
+
+    def __init__(self, start: datetime, tod_offset_us: int = 0) -> None:
+        self._now = micros_of(start) + tod_offset_us
 
     def now(self) -> int:
         self._now += 1
@@ -50,13 +53,16 @@ class SimClock:
 
 
 class WallClock:
-    """The machine's clock, kept strictly increasing so ordering rules between stamps hold."""
+    """The machine's clock, kept strictly increasing so ordering rules between stamps hold;
+    ``tod_offset_us`` ahead of UTC, like a mainframe's TOD clock (see SimClock)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tod_offset_us: int = 0) -> None:
         self._last = 0
+        self._offset = tod_offset_us
 
     def now(self) -> int:
-        self._last = max(self._last + 1, time.time_ns() // 1000 + _UNIX_OFFSET_US)
+        self._last = max(self._last + 1,
+                         time.time_ns() // 1000 + _UNIX_OFFSET_US + self._offset)
         return self._last
 
     def advance(self, micros: int) -> int:

@@ -79,7 +79,8 @@ DEFAULT: dict[str, Any] = {
         {"name": "OUT2", "topic": "urb.out2"},
         {"name": "REPLY", "topic": "urb.replies"},
     ],
-    "resend_buffers": [{"name": "RESEND1", "size": "2048K"}],
+    # Circular: ~100 transactions of COLOR and EMPLOYEE fit, older ones are overwritten.
+    "resend_buffers": [{"name": "RESEND1", "size": "64K"}],
     "subscriptions": [
         {
             "name": "COLOR",
@@ -181,6 +182,8 @@ def from_settings(settings: Settings) -> SimConfig:
             "request_topic": topics.requests,
             "subscriptions": subs,
             "initial_states": states,
+            "tod_utc_offset": settings.replicator.tod_utc_offset,
+            "tod_leap_seconds": settings.replicator.tod_leap_seconds,
         }
     )
 

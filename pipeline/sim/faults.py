@@ -11,7 +11,22 @@ touches: the clean transactions, their payloads and times stay byte-identical ot
 - restart: the replicator ends abnormally and restarts: REST on every destination, message
   and transaction numbering start again at 1, the resend buffer is empty.
 - corrupt: the next message sent has some of its bytes damaged.
+- redeliver: the MQ source connector re-produces its last batch of one destination: the last
+  k messages (1 <= k <= ``SimConfig.redelivery_max_messages``) again, byte for byte (same
+  URBHMSNR, URBHTIME and key), unflagged, right after the last one delivered there.
+- stall: the connector holds the next continuation message (one starting with URBC) for
+  ``SimConfig.stall_ms`` before producing it (``Delivery.delay_ms``); the replicator sent it
+  on time, so its URBHTIME is unchanged.
 - wrap: numbering starts just below 2**32-1, so tsnrs wrap around to 1 (0 is reserved).
+
+The redelivery model: a Kafka Connect source task is at-least-once. The IBM MQ source
+connector (ibm-messaging/kafka-connect-mq-source) reads messages in a transacted JMS session
+and commits it only after Kafka acknowledged the records; a task that fails in between
+leaves the session rolled back, and MQ gives the same messages to the next task, which
+produces them again — after the ones that did reach Kafka. Kafka Connect also runs its
+producers without idempotence by default (KAFKA-13759), so a retried send may be duplicated
+or overtake the next one. Byte-identical copies far behind the live stream are therefore
+normal input, not corruption.
 """
 
 from __future__ import annotations
@@ -20,7 +35,8 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-KINDS = ("drop_transaction", "drop_continuation", "duplicate", "restart", "corrupt")
+KINDS = ("drop_transaction", "drop_continuation", "duplicate", "restart", "corrupt",
+         "redeliver", "stall")
 MAX_TSNR = 0xFFFFFFFF
 WRAP_START = MAX_TSNR - 2  # the third transaction of each subscription is 4294967295
 
@@ -53,6 +69,8 @@ class FaultSchedule:
 
     def __init__(self, plan: FaultPlan, seed: int, transactions: int | None) -> None:
         self._plan = plan
+        self._seed = seed
+        self._sizes: dict[str, random.Random] = {}
         self.rng = random.Random(f"{seed}/faults")
         self._hits: dict[str, set[int]] = {}
         self._streams = {kind: random.Random(f"{seed}/faults/{kind}") for kind in KINDS}
@@ -67,6 +85,12 @@ class FaultSchedule:
         first = 1 if kind == "restart" else 0  # a restart right after STRT shows nothing
         candidates = range(first, max(transactions, first))
         return set(self._streams[kind].sample(candidates, min(count, len(candidates))))
+
+    def size(self, kind: str, top: int) -> int:
+        """A size in 1..top for a fault that hit (how many messages a redelivery repeats),
+        from its own stream so that it changes nothing else."""
+        return self._sizes.setdefault(kind, random.Random(f"{self._seed}/size/{kind}")
+                                      ).randint(1, top)
 
     def hits(self, kind: str, index: int) -> bool:
         if kind in self._hits:

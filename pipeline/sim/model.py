@@ -15,6 +15,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from pipeline.sim.utility import UtilityEvent
 
 Encoding = Literal["ebcdic", "ascii"]
+KafkaKey = Literal["none", "msgid", "subscription"]
 Images = Literal["after", "before", "both"]
 FieldFormat = Literal["A", "P", "B", "U"]
 
@@ -142,6 +143,19 @@ class SimConfig(_Frozen):
     initial_states: tuple[InitialStateDef, ...] = ()
     utility_events: tuple[UtilityEvent, ...] = ()  # statuses sent before transaction `at`
     gfft_files: tuple[int, ...] = ()  # files whose GFFT goes out at STRT and REST (gfft.py)
+    # What the transport between replicator and Kafka does, by default as a real MQ source
+    # connector does it (pipeline/sim/faults.py): no Kafka key (``msgid``: the MQ message id;
+    # ``subscription``: the old convenience), re-produced batches of up to this many messages,
+    # stalls of this long.
+    kafka_key: KafkaKey = "none"
+    redelivery_max_messages: int = Field(default=2000, ge=1)
+    stall_ms: int = Field(default=600_000, ge=1)
+    # STRT/REST/TERM name no subscription and, by default, no destination either (the
+    # consumer knows the destination from the topic); True: URBSDNAM names it.
+    lifecycle_names_destination: bool = False
+    # The TOD clock is machine time (seed 001): leap seconds, and the offset of local time.
+    tod_utc_offset: str = "+01:00"
+    tod_leap_seconds: int = Field(default=27, ge=0, le=100)
 
     @model_validator(mode="after")
     def _references(self) -> SimConfig:
@@ -164,6 +178,15 @@ class SimConfig(_Frozen):
                 raise ValueError(f"utility event: file {event.fnr} is not one of "
                                  f"{event.subscription}'s files {list(sub.files)}")
         return self
+
+    @property
+    def tod_offset_us(self) -> int:
+        """Microseconds the STCK stamps run ahead of UTC (leap seconds and offset)."""
+        text = self.tod_utc_offset.strip()
+        sign = -1 if text.startswith("-") else 1
+        hours, minutes = text.lstrip("+-").split(":")
+        return (self.tod_leap_seconds + sign * (int(hours) * 3600 + int(minutes) * 60)) \
+            * 1_000_000
 
     def subscription(self, name: str) -> Subscription | None:
         return next((s for s in self.subscriptions if s.name == name), None)

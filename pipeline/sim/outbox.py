@@ -3,11 +3,18 @@
 URBHMSNR counts per destination (rule 1.5 of the seed) in the order messages are handed to the
 messaging system, and a closed destination holds its messages until it is opened again (the
 way a replicator with an SLOG keeps them), numbering them when they are finally sent.
+
+The Kafka key is what the MQ source connector writes (``SimConfig.kafka_key``): none by
+default (the IBM MQ source connector's default record builder sets no key), the MQ message id
+(MQMD.MsgId, 24 bytes, with ``mq.record.builder.key.header=JMSMessageID``), or the old
+convenience of the subscription name. The outbox keeps each destination's last delivered
+messages, for a connector that produces them again (faults.py, ``redeliver``).
 """
 
 from __future__ import annotations
 
 import struct
+from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -31,11 +38,14 @@ def _restamp(message: bytes, msnr: int, time: int, *, big_endian: bool) -> bytes
 
 
 class Delivery(NamedTuple):
-    """One Kafka record: topic (the destination's), key, value (one replicator message)."""
+    """One Kafka record: topic (the destination's), key (None: no key), value (one replicator
+    message); ``delay_ms``: the connector holds it that long before producing it (a stall;
+    its URBHTIME is when the replicator sent it)."""
 
     topic: str
-    key: str
+    key: bytes | None
     value: bytes
+    delay_ms: int = 0
 
 
 class Outbox:
@@ -50,6 +60,10 @@ class Outbox:
         self._held: dict[str, list[tuple[str, Body, Encoding]]] = {n: [] for n in self._topics}
         self._last: tuple[Body, Encoding, bytes] | None = None
         self.on_message: Callable[[str, Body, bytes], bytes | None] | None = None
+        self.delay_next_ms = 0  # set by the transport: the next delivery is held this long
+        self.history: dict[str, deque[Delivery]] = {
+            n: deque(maxlen=config.redelivery_max_messages) for n in self._topics}
+        self._msgids = 0
 
     def topic(self, destination: str) -> str:
         return self._topics[destination]
@@ -74,7 +88,25 @@ class Outbox:
             if changed is None:
                 return []  # lost in transport: the msnr is used up, the message is gone
             value = changed
-        return [Delivery(self._topics[destination], key, value)]
+        delay, self.delay_next_ms = self.delay_next_ms, 0
+        delivery = Delivery(self._topics[destination], self._kafka_key(key), value, delay)
+        self.history[destination].append(delivery)
+        return [delivery]
+
+    def _kafka_key(self, name: str) -> bytes | None:
+        """The record key the connector writes (module docstring)."""
+        mode = self._config.kafka_key
+        if mode == "subscription":
+            return name.encode()
+        if mode == "msgid":  # MQMD.MsgId: "AMQ " + queue manager (8) + a unique counter (12)
+            self._msgids += 1
+            return b"AMQ " + b"QMREPTOR" + self._msgids.to_bytes(12, "big")
+        return None
+
+    def redeliver(self, destination: str, count: int) -> list[Delivery]:
+        """The last ``count`` messages delivered to ``destination``, again, byte for byte."""
+        history = list(self.history[destination])
+        return [d._replace(delay_ms=0) for d in history[-count:]]
 
     def encode(self, destination: str, body: Body, encoding: Encoding) -> bytes:
         """The message for one destination; a body sent to several is encoded only once."""

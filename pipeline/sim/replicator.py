@@ -59,7 +59,8 @@ class Replicator:
     ) -> None:
         self.config = config
         self.rng = random.Random(seed)
-        self.clock = clock or SimClock(datetime.fromisoformat(config.start_time))
+        self.clock = clock or SimClock(datetime.fromisoformat(config.start_time),
+                                       config.tod_offset_us)
         self.generator = TransactionGenerator(config, self.rng)
         self.faults = FaultSchedule(faults or FaultPlan(), seed, transactions)
         self.outbox = Outbox(config, self.clock)
@@ -119,8 +120,9 @@ class Replicator:
 
     def _lifecycle(self, st: str) -> list[Delivery]:
         out: list[Delivery] = []
+        names = self.config.lifecycle_names_destination
         for dest in self.config.destinations:
-            part = status_part("", st, self.clock.now(), urbsdnam=dest.name)
+            part = status_part("", st, self.clock.now(), urbsdnam=dest.name if names else "")
             out += self.outbox.send(
                 dest.name, dest.name, [part], self.config.destination_encoding(dest.name)
             )
@@ -144,13 +146,14 @@ class Replicator:
         index, self.index = self.index, self.index + 1
         hits = {
             k: self.faults.hits(k, index)
-            for k in ("restart", "drop_continuation", "corrupt", "drop_transaction", "duplicate")
+            for k in ("restart", "drop_continuation", "corrupt", "drop_transaction", "duplicate",
+                      "redeliver", "stall")
         }
         out = self.restart() if hits["restart"] else []
         for event in self.config.utility_events:
             if event.at == index:
                 out += self.utility(event)
-        self._armed |= {k for k in ("drop_continuation", "corrupt") if hits[k]}
+        self._armed |= {k for k in ("drop_continuation", "corrupt", "stall") if hits[k]}
         sub, out_switch = self._pick()
         out += out_switch
         tx = self.generator.next_transaction(sub, self.clock)
@@ -165,7 +168,16 @@ class Replicator:
             out += self.send_transaction(sub, tx, tsnr, again, sub.destinations)
         if self.config.c5_rate and self.rng.random() < self.config.c5_rate:
             out += self.c5(sub)
+        if hits["redeliver"]:
+            out += self.redeliver(sub.destinations[0])
         return out
+
+    def redeliver(self, destination: str, count: int | None = None) -> list[Delivery]:
+        """The connector re-produces the last ``count`` messages of ``destination`` (random
+        up to ``redelivery_max_messages`` when None): see faults.py."""
+        if count is None:
+            count = self.faults.size("redeliver", self.config.redelivery_max_messages)
+        return self.outbox.redeliver(destination, count)
 
     def _pick(self) -> tuple[Subscription, list[Delivery]]:
         """Subscriptions come in runs, so several transactions can share a message."""
@@ -290,6 +302,9 @@ class Replicator:
         if "drop_continuation" in self._armed and body[0].eye == "URBC":
             self._armed.discard("drop_continuation")
             return None
+        if "stall" in self._armed and body[0].eye == "URBC":
+            self._armed.discard("stall")
+            self.outbox.delay_next_ms = self.config.stall_ms
         if "corrupt" in self._armed:
             self._armed.discard("corrupt")
             return self.faults.corrupt(value)

@@ -8,10 +8,15 @@
   destination named in the request.
 - STAT: a STAT/SUBS URBS per subscription/destination pair asked about, to that destination,
   with a copy to the reply destination; 131/7 (neither named) or 131/8 (not found).
-- INST: INST/INIT to the reply and output destinations, pseudo-transactions (tsnr 0,
+- INST: one request message is answered as a whole (seed 000: a definition of several files
+  needs a URBI for each, all with the same definition name and token): INST/INIT per URBI to
+  the reply and output destinations, each file's pseudo-transactions (tsnr 0,
   URBTINST='Y', URBRTYP='R', after images; an ISN list selects records, a missing single ISN
-  gives a URBR with rsp 113 and no URBD), then INST/CMPL; or INST/ERRO with rsp 131:
-  9 unknown name, 12 DBID/FNR not in the definition, 15/19 ISN list against the definition's
+  gives a URBR with rsp 113 and no URBD, a range only existing ISNs), then INST/CMPL per
+  URBI; or one INST/ERRO with rsp 131 to the reply destination: 9 unknown name, 11 URBIs
+  naming different definitions, 18 different tokens, 12 DBID/FNR not in the definition —
+  also when a file of the definition has no URBI (an assumption: the seed says such a
+  request is wrong, not which subcode answers it) —, 15/19 ISN list against the definition's
   selection, 16 invalid ISN list, 70 no subscription for the file.
 - OPND/CLSD: open or close the destination; OPND/OPEN or CLSD/CLOS to the reply destination
   (or the destination itself); 131/26 for an unknown destination.
@@ -47,7 +52,13 @@ def answer(rep: Replicator, request: bytes) -> list[Delivery]:
     except UrbFormatError:
         return []
     out: list[Delivery] = []
-    for urbi in (e for e in message.elements if e.eye == "URBI"):
+    urbis = [e for e in message.elements if e.eye == "URBI"]
+    inst = [u for u in urbis if u.urbirt == "INST"]
+    for urbi in urbis:
+        if urbi.urbirt == "INST":
+            if urbi is inst[0]:
+                out += _inst(rep, inst)
+            continue
         handler = _HANDLERS.get(urbi.urbirt or "")
         if handler is not None:
             out += handler(rep, urbi)
@@ -179,37 +190,52 @@ def _destination(rep: Replicator, urbi: Element) -> list[Delivery]:
 # -- INST ------------------------------------------------------------------------------------
 
 
-def _inst(rep: Replicator, urbi: Element) -> list[Delivery]:
-    inam, rnam, token = urbi.urbiinam or "", urbi.urbirnam or "", urbi.urbirtok or ""
-    dbid, fnr = urbi.urbidbid or 0, urbi.urbifnr or 0
-    fields = {"urbsrtok": token, "urbsinam": inam, "urbsdbid": dbid, "urbsfnr": fnr}
-    subs, subc = _inst_check(rep, urbi)
+def _inst(rep: Replicator, urbis: list[Element]) -> list[Delivery]:
+    """One INST request message: every file of the definition, or one ERRO."""
+    first = urbis[0]
+    inam, rnam, token = first.urbiinam or "", first.urbirnam or "", first.urbirtok or ""
+    subs, subc = _inst_check(rep, urbis)
     if subc:
-        return _status(
-            rep, [rnam], rnam or inam, "INST", "ERRO", urbsrsp=RSP, urbssubc=subc, **fields
-        )
-    targets = [rnam] + [d for s in subs for d in s.destinations]
+        fields = {"urbsrtok": token, "urbsinam": inam, "urbsdbid": first.urbidbid or 0,
+                  "urbsfnr": first.urbifnr or 0}
+        return _status(rep, [rnam], rnam or inam, "INST", "ERRO", urbsrsp=RSP, urbssubc=subc,
+                       **fields)
+    targets = [rnam, *dict.fromkeys(d for s in subs for d in s.destinations)]
     key = subs[0].name
-    out = _status(rep, targets, key, "INST", "INIT", **fields)
+
+    def replies(st: str) -> list[Delivery]:
+        return [d for u in urbis for d in _status(
+            rep, targets, key, "INST", st, urbsrtok=token, urbsinam=inam,
+            urbsdbid=u.urbidbid or 0, urbsfnr=u.urbifnr or 0)]
+
+    out = replies("INIT")
     flags = TxFlags(initial=True, token=token)
-    for sub in subs:
-        for tx in _pseudo_transactions(rep, sub, fnr, urbi.isns):
-            out += rep.send_transaction(sub, tx, 0, flags, sub.destinations)
-    return out + _status(rep, targets, key, "INST", "CMPL", **fields)
+    for urbi in urbis:
+        for sub in (s for s in subs if urbi.urbifnr in s.files):
+            for tx in _pseudo_transactions(rep, sub, urbi.urbifnr or 0, urbi.isns):
+                out += rep.send_transaction(sub, tx, 0, flags, sub.destinations)
+    return out + replies("CMPL")
 
 
-def _inst_check(rep: Replicator, urbi: Element) -> tuple[list[Subscription], int]:
-    definition = rep.config.initial_state(urbi.urbiinam or "")
+def _inst_check(rep: Replicator, urbis: list[Element]) -> tuple[list[Subscription], int]:
+    first = urbis[0]
+    definition = rep.config.initial_state(first.urbiinam or "")
     if definition is None:
         return [], 9
-    if urbi.urbidbid != definition.dbid or urbi.urbifnr not in definition.files:
+    if any(u.urbiinam != first.urbiinam for u in urbis):
+        return [], 11
+    if any(u.urbirtok != first.urbirtok for u in urbis):
+        return [], 18
+    asked = {u.urbifnr for u in urbis}
+    if any(u.urbidbid != definition.dbid or u.urbifnr not in definition.files for u in urbis) \
+            or asked != set(definition.files):
         return [], 12
-    subc = _selection_error(definition, urbi)
-    if subc:
-        return [], subc
-    subs = [
-        s for s in rep.config.subscriptions if s.dbid == urbi.urbidbid and urbi.urbifnr in s.files
-    ]
+    for urbi in urbis:
+        subc = _selection_error(definition, urbi)
+        if subc:
+            return [], subc
+    subs = [s for s in rep.config.subscriptions
+            if s.dbid == first.urbidbid and asked & set(s.files)]
     return subs, 0 if subs else 70
 
 
@@ -272,7 +298,6 @@ def _selected(
 _HANDLERS = {
     "TRAN": _tran,
     "STAT": _stat,
-    "INST": _inst,
     "OPND": _destination,
     "CLSD": _destination,
 }

@@ -7,6 +7,7 @@ length followed by the message bytes, in the order they were sent (all destinati
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,10 +81,15 @@ class KafkaSink:
         self.counts = Counts()
 
     def send(self, deliveries: Iterable[Delivery]) -> None:
+        """Produce in order; a stalled delivery (``delay_ms``) waits that long first, as the
+        connector held it, and so does everything after it."""
         for d in deliveries:
+            if d.delay_ms:
+                self._producer.flush(30)
+                time.sleep(d.delay_ms / 1000)
             while True:
                 try:
-                    self._producer.produce(d.topic, key=d.key.encode(), value=d.value)
+                    self._producer.produce(d.topic, key=d.key, value=d.value)
                     break
                 except BufferError:  # local queue full: let the producer drain it
                     self._producer.poll(0.1)

@@ -246,7 +246,8 @@ class Harness:
                  frame_rows: int = 10_000, answer_requests: bool = True,
                  initial_state_routes: Mapping[str, str] | None = None) -> None:
         self.replicator = replicator
-        self.config = config or default_reassembly()
+        # the job configured for the replicator's TOD clock, as conf/*.yaml is for the sim's
+        self.config = config or default_reassembly(tod_offset_us=replicator.config.tod_offset_us)
         self.decoder = decoder_for(replicator.config, initial_state_routes=initial_state_routes,
                                    reassembly=self.config)
         self.kafka = KafkaLog(partitions)

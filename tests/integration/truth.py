@@ -32,11 +32,12 @@ class Sent:
     destinations: tuple[str, ...]
     tsnr: int
     tx: Transaction
+    tod_offset_us: int = 0  # the replicator's TOD clock ahead of UTC
 
     @property
     def commit_time(self) -> datetime | None:
-        """URBTTTIM as the tables hold it: tells apart two transactions of one tsnr."""
-        return stck_to_datetime(stck(self.tx.commit))
+        """URBTTTIM as the tables hold it (UTC): tells apart two transactions of one tsnr."""
+        return stck_to_datetime(stck(self.tx.commit - self.tod_offset_us))
 
     def records(self) -> list[RecordT]:
         return [(n, r.fnr, r.isn, r.kind) for n, r in enumerate(self.tx.records, start=1)]
@@ -71,7 +72,8 @@ def generate(rep: Replicator, count: int, *, start: bool = True,
             tx = made[-1]
             sub = rep.config.subscription(tx.subscription)
             assert sub is not None
-            sent.append(Sent(sub.name, sub.destinations, rep.states[sub.name].tsnr, tx))
+            sent.append(Sent(sub.name, sub.destinations, rep.states[sub.name].tsnr, tx,
+                             rep.config.tod_offset_us))
     finally:
         rep.generator.next_transaction = original  # type: ignore[method-assign]
     out += rep.terminate() if terminate else rep.flush()

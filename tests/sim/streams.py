@@ -79,7 +79,7 @@ def _one_message(r: Received, done: dict[str, list[Tx]], open_tx: dict[str, Tx])
     }
     assert len(names) == 1, f"rule 13: one subscription per message, got {names}"
     (sub,) = names
-    assert r.key in ("", sub), "data messages are keyed by subscription"
+    assert r.key in (None, b"", sub.encode()), "keyed by nothing, or by subscription"
     tx = open_tx.pop(sub, None)
     elements = r.message.elements
     if elements[0].eye == "URBC":

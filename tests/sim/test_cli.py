@@ -31,7 +31,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def read(path: Path) -> list[Received]:
-    return [Received("", "", len(m), decode_message(m)) for m in read_messages(path)]
+    return [Received("", None, len(m), decode_message(m)) for m in read_messages(path)]
 
 
 @pytest.mark.parametrize("encoding", ["ebcdic", "ascii"])
@@ -163,7 +163,10 @@ def test_load_mode_answers_requests_while_running() -> None:
     rep, sink = Replicator(default_config(), 1), MemorySink()
     summary = drive(rep, sink, LoadOptions(transactions=20, rate=500.0), Queue())
     assert summary.requests == 1
-    assert any(d.topic == "urb.replies" and d.key == "COLOR" for d in sink.deliveries)
+    subs = [decode_message(d.value).elements[0] for d in sink.deliveries
+            if d.topic == "urb.replies"]
+    assert any(e.eye == "URBS" and e.urbsst == "SUBS" and e.urbssnam == "COLOR" for e in subs)
+
 
 
 def test_cli_json_summary(tmp_path: Path) -> None:

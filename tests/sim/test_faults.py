@@ -126,7 +126,8 @@ def test_restart_sends_rest_and_numbers_from_one(cfg: SimConfig) -> None:
         assert len(rest) == 1, topic
         (i,) = rest
         assert rs[i].message.header.urbhmsnr == 1
-        assert rs[i].first.urbsdnam and rs[i].first.urbssnam == ""
+        # destination-wide: names neither subscription nor (by default) destination
+        assert rs[i].first.urbsdnam == "" and rs[i].first.urbssnam == ""
         before, after = rs[:i], rs[i:]
         for part in (before, after):
             msnrs = [r.message.header.urbhmsnr for r in part]

@@ -25,7 +25,7 @@ def _config(encoding: str) -> SimConfig:
 def test_gfft_after_start_and_restart_decodes_the_images(encoding: str) -> None:
     config = _config(encoding)
     sim = Replicator(config, seed=3)
-    messages = [decode_message(v) for _t, _k, v in
+    messages = [decode_message(d.value) for d in
                 sim.start() + sim.transactions(6) + sim.restart() + sim.transactions(2)]
     eyes = [[e.eye for e in m.elements] for m in messages]
     gffts = [i for i, e in enumerate(eyes) if e == ["URBF"]]

@@ -49,7 +49,7 @@ def consume(bootstrap: str, topics: list[str], expected: int) -> list[tuple[str,
     for _ in range(60):
         for m in consumer.consume(500, timeout=1.0):
             if m.error() is None:
-                out.append((m.topic(), m.key().decode(), m.value()))
+                out.append((m.topic(), (m.key() or b"").decode(), m.value()))
         if len(out) >= expected:
             break
     consumer.close()
@@ -80,9 +80,4 @@ def test_stream_and_request_round_trip(kafka_bootstrap: str, sim_config: SimConf
     assert any(
         m.elements[0].urbsst == "SUBS" and m.elements[0].urbsrtok == "K1" for _, m in replies
     )
-    for _topic, key, value in received:
-        first = decode_message(value).elements[0]
-        if first.eye == "URBT":
-            assert key == first.urbtsnam
-        elif first.eye == "URBS" and first.urbsst in ("STRT", "TERM"):
-            assert key == first.urbsdnam
+    assert {key for _topic, key, _value in received} == {""}, "no Kafka key, as MQ writes"

@@ -29,8 +29,8 @@ def _config(*specs: str, encoding: str = "ebcdic"):
 def _statuses(deliveries) -> list[tuple[str, object]]:
     """(topic, URBS element) of every status message, in send order."""
     out = []
-    for topic, _key, value in deliveries:
-        msg = decode_message(value)
+    for d in deliveries:
+        topic, msg = d.topic, decode_message(d.value)
         out += [(topic, e) for e in msg.elements if e.eye == "URBS"]
     return out
 
@@ -91,13 +91,13 @@ def test_status_goes_between_the_transactions_before_and_after_it() -> None:
         out += rep.step()
     out += rep.terminate()
     order = []  # (kind, commit STCK) for COLOR on urb.out1, in send order
-    for topic, key, value in out:
-        if topic != "urb.out1" or key != "COLOR":
+    for d in out:
+        if d.topic != "urb.out1":
             continue
-        for e in decode_message(value).elements:
-            if e.eye == "URBT":
+        for e in decode_message(d.value).elements:
+            if e.eye == "URBT" and e.urbtsnam == "COLOR":
                 order.append(("T", e.urbtttim))
-            elif e.eye == "URBS":
+            elif e.eye == "URBS" and e.urbssnam == "COLOR":
                 order.append(("S", e.urbsttim))
     assert [k for k, _ in order].count("S") == 1
     times = [t for _, t in order]
