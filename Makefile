@@ -4,12 +4,15 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 CONF ?= conf/local.yaml
 
-.PHONY: help setup demo test test-unit faults lint bench soak broker-start broker-stop clean
+.PHONY: help setup jars demo test test-unit faults lint bench soak broker-start broker-stop clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
 
 setup:  ## venv + pinned packages + Maven jars (idempotent)
+	@scripts/setup.sh
+
+jars:  ## resolve the JVM jars (Spark connector + Delta, Kafka broker) with Maven
 	@scripts/setup.sh
 
 demo: setup  ## run the pipeline on the embedded default (local broker, simulator, job)

@@ -8,7 +8,8 @@ Reads the replicator output topics named in the conf, reassembles transactions p
 Delta exactly once (see README.md). Runs until stopped (SIGTERM/SIGINT stop it cleanly at a
 batch boundary; a kill -9 is also safe: the next start resumes from the checkpoint).
 Exit codes: 0 stopped cleanly, 1 the query failed, 2 invalid configuration (also a layout its
-typed tables cannot take, found at start), 3 Kafka out of reach at start.
+typed tables cannot take, or a source topic with more than one partition, found at start),
+3 Kafka out of reach at start.
 """
 
 from __future__ import annotations
@@ -44,6 +45,16 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from pipeline.ops.topic_check import KafkaOutOfReach, TopicCheckError, check_source_topics
+
+    try:  # ordering is checked before anything starts (pipeline/ops/topic_check.py)
+        check_source_topics(settings)
+    except TopicCheckError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KafkaOutOfReach as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
     from pipeline.spark.query import start_stream
     from pipeline.spark.session import build_session
     from pipeline.spark.sinks import KafkaUnreachable

@@ -49,7 +49,8 @@ class LocalBroker(_Model):
     data_dir: str = ".kafka"
     heap: str = "512m"
     max_message_bytes: int = Field(2_097_152, ge=1_048_576)
-    partitions: int = Field(2, ge=1, le=64)
+    # of the topics the job does not read (requests, alerts); its source topics get one
+    partitions: int = Field(1, ge=1, le=64)
 
 
 class Kafka(_Model):

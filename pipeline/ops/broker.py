@@ -164,19 +164,33 @@ def wait_until_ready(settings: Settings, timeout_s: float = START_TIMEOUT_S, *,
             time.sleep(1.5)
 
 
-def create_topics(settings: Settings) -> list[str]:
-    """Create the topics named in conf (idempotent). Returns the ones newly created."""
+def create_topics(settings: Settings, fix_partitions: bool = False) -> list[str]:
+    """Create the topics named in conf (idempotent). Returns the ones newly created.
+
+    The topics the job reads get one partition (pipeline/ops/topic_check.py says why), the
+    others ``local_broker.partitions``. ``fix_partitions`` (the project's own broker only):
+    a source topic made with several partitions by an older version is made again."""
     from confluent_kafka.admin import NewTopic
 
     admin = _admin(settings)
     lb = settings.kafka.local_broker
-    existing = set(admin.list_topics(timeout=10).topics)
-    wanted = [t for t in settings.topics.all_created() if t not in existing]
+    sources = set(settings.source_topics())
+    topics = admin.list_topics(timeout=10).topics
+    if fix_partitions:
+        stale = [t for t in sources if t in topics and len(topics[t].partitions) > 1]
+        for fut in admin.delete_topics(stale).values() if stale else ():
+            fut.result(timeout=30)
+        if stale:
+            print(f"  recreating {', '.join(stale)} with one partition", file=sys.stderr)
+            time.sleep(2)  # deletion is asynchronous in KRaft
+            topics = admin.list_topics(timeout=10).topics
+    wanted = [t for t in settings.topics.all_created() if t not in topics]
     if not wanted:
         return []
     config = {"max.message.bytes": str(lb.max_message_bytes)}
     futures = admin.create_topics(
-        [NewTopic(t, num_partitions=lb.partitions, replication_factor=1, config=config)
+        [NewTopic(t, num_partitions=1 if t in sources else lb.partitions,
+                  replication_factor=1, config=config)
          for t in wanted])
     for topic, fut in futures.items():
         try:
@@ -199,7 +213,7 @@ def start(settings: Settings) -> str:
     lb = settings.kafka.local_broker
     if _running_pid(settings) is not None:
         wait_until_ready(settings)
-        create_topics(settings)
+        create_topics(settings, fix_partitions=True)
         return f"broker already running on 127.0.0.1:{lb.port} (pid {_running_pid(settings)})"
     for port in (lb.port, lb.controller_port):
         if _port_taken(port):
@@ -217,7 +231,7 @@ def start(settings: Settings) -> str:
                             start_new_session=True)
     _pid_file(settings).write_text(str(proc.pid))
     wait_until_ready(settings)
-    created = create_topics(settings)
+    created = create_topics(settings, fix_partitions=True)
     return (f"broker started on 127.0.0.1:{lb.port} (pid {proc.pid}); "
             f"topics created: {', '.join(created) or 'none (all existed)'}")
 

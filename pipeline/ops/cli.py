@@ -137,6 +137,22 @@ def cmd_gaps_ack(args: argparse.Namespace, settings: Settings) -> int:
     return errors.OK
 
 
+def cmd_gaps_resume(args: argparse.Namespace, settings: Settings) -> int:
+    from confluent_kafka import Producer
+
+    from pipeline.ops.gaps_cmd import resume_command
+
+    key, value = resume_command(args.key, args.by, args.note)
+    producer = Producer({**settings.kafka.confluent(), "enable.idempotence": "true"})
+    producer.produce(settings.topics.control, key="/".join(key).encode(), value=value)
+    if producer.flush(args.kafka_timeout) > 0:
+        raise BrokerUnreachable(f"the control topic {settings.topics.control} did not take "
+                                f"the command within {args.kafka_timeout:g} s")
+    print(f"resume sent for {'/'.join(key)} on {settings.topics.control}: the job asks "
+          "again for the key's open gaps at its next batch (alert storm_resumed)")
+    return errors.OK
+
+
 def cmd_initial_state_list(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.ops.initial_state_cmd import format_requests, load_requests
     from pipeline.ops.lake import Lake
@@ -316,6 +332,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "EPOCH:TSNR when unambiguous)")
     p.add_argument("--by", required=True, help="who acknowledges")
     p.add_argument("--note", help="why, or what was done about the lost transactions")
+    p = _sub(gsub, "resume", "resume requests for a key whose storm breaker tripped",
+             "After a storm_tripped alert (sequence scrambled: ordering or transport problem) "
+             "the job stops asking the replicator for the key's missing tsnrs. Once the cause "
+             "is fixed (one partition per topic, a connector that keeps order), send this: "
+             "the job asks again for every open gap of the key (alert storm_resumed). "
+             "Example: urbpipe gaps resume OUT1/COLOR --by alice --note 'topic fixed'",
+             cmd_gaps_resume)
+    p.add_argument("key", metavar="DEST/SUBSCRIPTION", help="the key, as alerts name it")
+    p.add_argument("--by", required=True, help="who resumes")
+    p.add_argument("--note", help="what was fixed")
+    p.add_argument("--kafka-timeout", type=float, default=10.0, metavar="S",
+                   help="how long to wait for Kafka to take the command (default 10)")
 
     isub = _group(subs, "initial-state", "INST requests and their replies",
                   "Initial-state (INST) requests: the ones the job sent "

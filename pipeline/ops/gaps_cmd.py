@@ -14,6 +14,7 @@ the bare job id is accepted when it is unambiguous.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -29,11 +30,13 @@ ACKS_SCHEMA = pa.schema([
     pa.field("gap_id", pa.string()), pa.field("acked_by", pa.string()),
     pa.field("note", pa.string()), pa.field("acked_at", pa.timestamp("us", tz="UTC"))])
 OPEN_STATES = frozenset({"open", "requested"})
-_TRANSITION_ORDER = {"open": 0, "requested": 1, "filled": 2, "unrecoverable": 2}
+LOST_STATES = frozenset({"unrecoverable", "lost"})
+_TRANSITION_ORDER = {"open": 0, "requested": 1, "filled": 2, "unrecoverable": 2, "lost": 2,
+                     "filled_late": 3}
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _GAP_COLUMNS = ("subscription", "destination", "epoch", "gap_id", "from_tsnr", "to_tsnr",
                 "state", "requests_sent", "missing_count", "opened_at", "updated_at",
-                "closed_at", "reason", "batch_id")
+                "closed_at", "reason", "batch_id", "kind")
 
 
 @dataclass(frozen=True)
@@ -65,9 +68,13 @@ class Gap:
 
     @property
     def is_problem(self) -> bool:
+        """Open, or something lost and not acknowledged: an unrecoverable gap, messages that
+        never arrived (kind messages), a gap whose late fills left some tsnrs lost."""
         if self.state in OPEN_STATES:
             return True
-        return self.state == "unrecoverable" and self.ack is None
+        lost = self.state in LOST_STATES or (
+            self.state == "filled_late" and (self.row.get("missing_count") or 0) > 0)
+        return lost and self.ack is None
 
     def as_dict(self) -> dict[str, Any]:
         out = {"ref": self.ref, **{k: _plain(v) for k, v in self.row.items()}}
@@ -116,7 +123,8 @@ def find_gap(gaps: list[Gap], name: str) -> Gap:
 
 
 def load_gaps(lake: Lake) -> list[Gap]:
-    rows = lake.read("gaps", list(_GAP_COLUMNS)).to_pylist()
+    have = set(lake.columns("gaps"))  # a gaps table from before issue 14 has no kind
+    rows = lake.read("gaps", [c for c in _GAP_COLUMNS if c in have]).to_pylist()
     acks = lake.read(ACKS_TABLE, schema=ACKS_SCHEMA).to_pylist()
     return current_gaps(rows, acks)
 
@@ -140,7 +148,8 @@ def format_gaps(gaps: list[Gap]) -> str:
     lines = [f"{'GAP':<32} {'TSNRS':<23} {'STATE':<13} {'REQS':>4}  OPENED / ACK"]
     for g in gaps:
         r = g.row
-        tsnrs = f"{r['from_tsnr']}-{r['to_tsnr']}"
+        what = "msnr " if r.get("kind") == "messages" else ""
+        tsnrs = f"{what}{r['from_tsnr']}-{r['to_tsnr']}"
         opened = r["opened_at"].strftime("%Y-%m-%d %H:%M:%S") if r.get("opened_at") else "?"
         ack = f"  acked by {g.ack.by}" + (f": {g.ack.note}" if g.ack.note else "") if g.ack else ""
         lines.append(f"{g.ref:<32} {tsnrs:<23} {g.state:<13} {r['requests_sent'] or 0:>4}  "
@@ -148,3 +157,21 @@ def format_gaps(gaps: list[Gap]) -> str:
         if r.get("reason"):
             lines.append(f"{'':<32} reason: {r['reason']}")
     return "\n".join(lines)
+
+
+def resume_command(key: str, by: str, note: str | None) -> tuple[tuple[str, str], bytes]:
+    """The control record that resumes requests for a key whose storm breaker tripped:
+    (destination, subscription) and the JSON command the job's decode stage routes to it.
+
+    The breaker lives in the job's state, so the command travels the way the job's input
+    does — through Kafka (``topics.control``) — and is applied in stream order, exactly once
+    per key state, whatever batch reads it.
+    """
+    destination, _, subscription = key.partition("/")
+    if not destination or not subscription or "/" in subscription:
+        raise UsageError(f"name the key as DEST/SUBSCRIPTION, got {key!r}")
+    if not by.strip():
+        raise UsageError("--by must name who resumes")
+    doc = {"command": "resume", "destination": destination, "subscription": subscription,
+           "by": by, "note": note or "", "at": datetime.now(UTC).isoformat()}
+    return (destination, subscription), json.dumps(doc, sort_keys=True).encode()

@@ -26,6 +26,7 @@ from pipeline.ops.checkpoint import processed_offsets
 from pipeline.ops.gaps_cmd import Gap, load_gaps
 from pipeline.ops.lake import Lake
 from pipeline.ops.metrics import read_last_record
+from pipeline.ops.topic_check import problem, source_partitions
 from pipeline.urb.codes import describe_status, describe_subcode
 
 _TX_COLUMNS = ["destination", "subscription", "epoch", "tsnr", "commit_time", "sent_time",
@@ -76,6 +77,9 @@ class StatusReport:
     problems: int
     broker_error: str | None = None
     generated_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    # partitions per source topic, and the refusal the job starts with when one has several
+    topic_partitions: dict[str, int | None] = field(default_factory=dict)
+    topic_problem: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -181,9 +185,13 @@ def build_report(settings: Settings, lake: Lake, *, end_offsets: dict | None,
                                              for g in gaps} | named)
     out = [_key_status(k, landed.get(k), gaps, statuses, destination_lag(parts), now)
            for k in keys]
+    counts = source_partitions(settings, {t: len(p) for t, p in (end_offsets or {}).items()
+                                          if p}) if end_offsets is not None else {}
+    topic_problem = problem(counts)
     return StatusReport(out, parts, checkpoint.batch_id if checkpoint else None,
                         _state(read_last_record(metrics_path)),
-                        sum(1 for g in gaps if g.is_problem), broker_error, now)
+                        sum(1 for g in gaps if g.is_problem) + bool(topic_problem),
+                        broker_error, now, counts, topic_problem)
 
 
 def _key_status(key: tuple[str, str], landed: dict[str, Any] | None, gaps: list[Gap],
@@ -240,6 +248,12 @@ def format_report(report: StatusReport) -> str:
             lines.append(f"    {p.topic}[{p.partition}] ({p.destination}): end "
                          f"{'?' if p.end_offset is None else p.end_offset} processed "
                          f"{'?' if p.processed_offset is None else p.processed_offset} lag {lag}")
+    if report.topic_partitions:
+        lines.append("topics: " + ", ".join(
+            f"{t} {'missing' if n is None else f'{n} partition' + ('s' if n != 1 else '')}"
+            for t, n in report.topic_partitions.items()))
+    if report.topic_problem:
+        lines.append(f"    PROBLEM: {report.topic_problem}")
     if report.broker_error:
         lines.append(f"kafka: {report.broker_error}")
     if report.state:
@@ -249,7 +263,9 @@ def format_report(report: StatusReport) -> str:
                      f"(batch {st.get('batch_id')})")
     else:
         lines.append("state: unknown (no metrics file)")
-    lines.append(f"problems: {report.problems} gap(s) open or unacknowledged"
+    gap_problems = report.problems - bool(report.topic_problem)
+    lines.append(f"problems: {report.problems} ({gap_problems} gap(s) open or unacknowledged"
+                 f"{', a topic with several partitions' if report.topic_problem else ''})"
                  if report.problems else "problems: none")
     return "\n".join(lines)
 

@@ -72,3 +72,32 @@ def test_ack_of_unknown_gap_is_a_usage_error(conf_file: Path, write_table: Write
     assert main(["gaps", "ack", "4:4", "--by", "bob", "--conf-file", str(conf_file)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: no gap") and err.count("\n") == 1
+
+
+def test_a_resume_command_names_its_key_and_who_sent_it() -> None:
+    import json
+
+    from pipeline.ops.errors import UsageError
+    from pipeline.ops.gaps_cmd import resume_command
+
+    key, value = resume_command("OUT1/COLOR", "alice", "one partition now")
+    doc = json.loads(value)
+    assert key == ("OUT1", "COLOR")
+    assert (doc["command"], doc["destination"], doc["subscription"], doc["by"], doc["note"]) == (
+        "resume", "OUT1", "COLOR", "alice", "one partition now")
+    for bad in ("OUT1", "OUT1/", "/COLOR", "A/B/C"):
+        with pytest.raises(UsageError):
+            resume_command(bad, "alice", None)
+    with pytest.raises(UsageError):
+        resume_command("OUT1/COLOR", " ", None)
+
+
+def test_lost_messages_and_partly_late_filled_gaps_are_problems_until_acknowledged() -> None:
+    from pipeline.ops.gaps_cmd import Ack, Gap
+
+    now = at(0)
+    lost = Gap({"state": "lost", "kind": "messages", "gap_id": "msnr:0:5"}, None)
+    late = Gap({"state": "filled_late", "missing_count": 2, "gap_id": "1:3"}, None)
+    whole = Gap({"state": "filled_late", "missing_count": 0, "gap_id": "1:3"}, None)
+    assert lost.is_problem and late.is_problem and not whole.is_problem
+    assert not Gap(lost.row, Ack("bob", None, now)).is_problem

@@ -57,10 +57,19 @@ def test_report_per_key(ops_settings: Settings, landed: Path) -> None:
     assert employee.last_status is not None and employee.last_status["st"] == "REST"
     assert report.state == {"batch_id": 7, "state_rows": 2, "state_memory_bytes": 4096,
                             "timestamp": None, "duration_ms": None}
-    assert report.checkpoint_batch == 7 and report.problems == 1
+    # the requested gap, and urb.out1 with two partitions (issue 14.1: ordering is checked)
+    assert report.checkpoint_batch == 7 and report.problems == 2
+    assert report.topic_partitions == {"urb.out1": 2, "urb.replies": 1, "urb.control": None}
+    assert report.topic_problem is not None and "urb.out1 has 2 partitions" in \
+        report.topic_problem
     text = format_report(report)
     assert "OUT1/COLOR: epoch 2 tsnr 3" in text and "lag 10 msgs" in text
     assert "urb.out1[0] (OUT1): end 100 processed 90 lag 10" in text
+    assert "topics: urb.out1 2 partitions, urb.replies 1 partition" in text
+    assert "PROBLEM: topic urb.out1 has 2 partitions" in text
+    single = build_report(ops_settings, Lake(ops_settings), metrics_path=str(landed),
+                          end_offsets={"urb.out1": {0: 100}, "urb.replies": {0: 4}}, now=at(30))
+    assert single.topic_problem is None and single.problems == 1
 
 
 def test_status_cli_json_without_broker(conf_file: Path, landed: Path,
