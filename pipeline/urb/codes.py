@@ -2,7 +2,28 @@
 
 The dump CLI and the alerting path print these next to the raw values, so an operator reading
 an alert about a failed resend request sees "requested transaction not found in the resend
-buffer" rather than "131/35".  Texts are paraphrased from the Event Replicator documentation.
+buffer" rather than "131/35".
+
+Sources of the response-131 (Event Replicator) subcode texts, each written here in our own
+words:
+
+- Software AG's adapya-era 1.3.0 (Apache-2.0; PyPI ``adapya-era`` 1.3.0, GitHub
+  SoftwareAG/adapya-era ``adapya/era/urb.py`` at commit 83208f51,
+  ``texts_reptor_subcodes``): the complete table 1-112, maintained by a Software AG
+  developer next to the URB DSECT maps. It marks 29 as unused.
+- Seed 000 (the replicator's request/reply reference): the meaning of 12, 16, 19, 34, 35,
+  37 and 39-43 in the context of initial-state and prior-transaction requests, that the
+  resend buffer is circular (newer transactions overwrite older ones), and that 34, 35, 37
+  and 39-43 go to the request's destination as well.
+- Software AG, "Adabas Response Codes", Response 131 (e.g.
+  https://documentation.softwareag.com/adabas/ada852mfr/dbacard/nucresp.htm, Adabas
+  8.5.2): the same subcodes are listed there; only the pages' beginnings could be read
+  from here, so no text below is taken from them and no difference to adapya-era could
+  be checked.
+
+Unknown: subcode 29 (unused in every source) and any subcode above 112 (newer replicator
+versions may define more); :func:`describe_subcode` says "unknown subcode N" for them rather
+than guess.
 """
 
 from __future__ import annotations
@@ -73,75 +94,132 @@ REQUEST: Mapping[str, str] = MappingProxyType(
     }
 )
 
-#: Response 131 (replicator) subcodes.
+#: Response 131 (replicator) subcodes, in our words (sources in the module docstring).
 SUBCODES_131: Mapping[int, str] = MappingProxyType(
     {
-        1: "URBD and data exceed the output buffer",
-        2: "Subscription user exit returned an error (see URBRERRC)",
-        3: "Space shortage in the nucleus (LREPL)",
-        4: "Space shortage in the replicator (LREPL)",
-        5: "Subscription user exit set an invalid data length (URBDLEND)",
-        6: "Response destination not found for the status request",
-        7: "Status request names neither a destination nor a subscription",
-        8: "Subscription or destination of the status request not found",
-        9: "Initial-state name not found",
-        10: "All requests in one message must name the same response destination",
-        11: "All requests in one message must name the same initial-state definition",
-        12: "INITIALSTATE DBID/FNR definition not found as requested in URBI",
-        13: "Selection criteria type not supported or invalid",
-        14: "DBID/FNR must be given in both the initial-state request and its definition",
-        15: "URBILEND > 0 for an initial-state request that selects all records",
-        16: "Invalid ISN list or ISN range (duplicate ISN, ISN inside a range, overlapping or "
-        "reversed ranges)",
-        17: "Initial-state processing stopped by the operator",
-        18: "All URBIs of a message must carry the same request token",
-        19: "URBILEND = 0 for an initial-state request with selection",
-        20: "Invalid key value while decompressing for the subscription",
-        21: "URBIARC/ACOD/WCOD set but the replicator is not UES-enabled",
-        22: "Initial-state request for a deactivated DBID/FNR",
-        23: "Invalid UES parameters: URBIARC/ACOD/WCOD must not all be blank",
-        24: "Invalid UES parameters: URBIARC/ACOD/WCOD should be zero",
-        25: "Reserved fields URBIRES1/URBIRES2 are not zero",
-        26: "Destination name not found",
-        27: "No active destination for the status request",
-        28: "Initial-state request received after replicator shutdown began",
-        30: "Unknown response destination name in URBI",
-        31: "Unknown destination name in URBI",
-        32: "Unknown subscription name in URBI",
-        33: "URBIDNAM destination is not related to the subscription",
-        34: "The subscription has no resend buffer defined",
-        35: "Requested transaction not found in the resend buffer",
+        1: "The URBD and its data do not fit into the output buffer",
+        2: "The subscription user exit reported an error (its code is in URBRERRC)",
+        3: "The Adabas nucleus ran short of replication space (LREPL)",
+        4: "The replicator ran short of replication space (LREPL)",
+        5: "The subscription user exit returned an invalid data length (URBDLEND)",
+        6: "The reply destination of the status request does not exist",
+        7: "The status request names neither a subscription nor a destination",
+        8: "The subscription or destination named in the status request does not exist",
+        9: "No initial-state definition has the requested name",
+        10: "The URBIs of one message name different reply destinations (URBIRNAM)",
+        11: "The URBIs of one message name different initial-state definitions (URBIINAM)",
+        12: "The initial-state definition has no file with the DBID/FNR a URBI asks for",
+        13: "The selection criteria type is invalid or not supported",
+        14: "DBID and FNR must be given both in the initial-state request and in its "
+        "definition",
+        15: "URBILEND is not zero although the initial-state definition selects whole files",
+        16: "The ISN list or an ISN range is invalid (an ISN given twice, an ISN inside a "
+        "range, overlapping or reversed ranges)",
+        17: "An operator stopped the initial-state processing",
+        18: "The URBIs of one message carry different request tokens (URBIRTOK)",
+        19: "URBILEND is zero although the initial-state definition needs selection data "
+        "(an ISN list)",
+        20: "A key value could not be decompressed for the subscription",
+        21: "URBIARC/URBIACOD/URBIWCOD are set but the replicator runs without universal "
+        "encoding support (UES)",
+        22: "The initial-state request names a DBID/FNR whose replication is deactivated",
+        23: "Invalid UES parameters: URBIARC/URBIACOD/URBIWCOD may not all be blank",
+        24: "Invalid UES parameters: URBIARC/URBIACOD/URBIWCOD must be zero here",
+        25: "The reserved fields URBIRES1/URBIRES2 are not zero",
+        26: "No destination has this name",
+        27: "The status request finds no active destination",
+        28: "The initial-state request arrived after the replicator began to shut down",
+        30: "The reply destination named in the URBI (URBIRNAM) does not exist",
+        31: "The destination named in the URBI (URBIDNAM) does not exist",
+        32: "The subscription named in the URBI (URBISNAM) does not exist",
+        33: "The destination named in URBIDNAM does not belong to the subscription",
+        34: "The subscription has no resend buffer defined: it cannot resend transactions",
+        35: "Requested transaction not found in the resend buffer (not kept, or already "
+        "overwritten: the buffer is circular)",
         36: "The subscription is not active",
-        37: "Invalid transaction in the resend buffer",
-        38: "No active destinations",
-        39: "Selection data not permitted in a TRAN request",
-        40: "DBID and file number not permitted in a TRAN request",
-        41: "Initial-state name not permitted in a TRAN request",
-        42: "UES parameters must be zero in a TRAN request",
-        43: "Reserved URBIRES1/URBIRES2 must be zero in a TRAN request",
-        44: "Too many concurrent initial-state requests (IMAXREQ)",
-        45: "Input request: URBH eye-catcher invalid",
-        46: "Input request: URBHLEN invalid",
-        47: "Input request: URBHBORD invalid",
-        48: "Input request: URBHVERS invalid",
-        49: "Input request: message truncated",
-        50: "Input request: URBHLENT invalid",
-        51: "Input request: URBILENH invalid",
-        52: "Input request: URBILEND invalid",
-        53: "Input request: URBILEN invalid",
-        54: "Input request: reserved area not zero",
-        55: "Input request: more than one status request received",
-        56: "Input request: invalid URBI request type",
-        57: "Input request: different request types mixed in one message",
-        58: "Invalid destination for the response",
-        87: "Unexpected message sequence number",
-        88: "Unrecognized eye-catcher in a control block after the URBH",
-        99: "URBISNAM may not be given for this request type",
-        100: "URBITSNR may not be given for this request type",
-        101: "Open/close destination request failed on some tasks",
-        102: "Open/close destination request failed",
-        103: "Open/close destination request invalid or already in progress",
-        108: "Input request: URBI eye-catcher invalid",
+        37: "The resend buffer's copy of the requested transaction is invalid (unusable)",
+        38: "There is no active destination",
+        39: "A prior-transaction (TRAN) request may not carry selection data",
+        40: "A TRAN request may not give a DBID or file number",
+        41: "A TRAN request may not name an initial-state definition",
+        42: "A TRAN request must have zero UES parameters (URBIARC/URBIACOD/URBIWCOD)",
+        43: "A TRAN request must have zeros in its unused fields URBIRES1/URBIRES2",
+        44: "Too many initial-state requests are active at once (limit IMAXREQ)",
+        45: "Input request: the URBH eye-catcher is wrong",
+        46: "Input request: URBHLEN is wrong",
+        47: "Input request: URBHBORD (byte order) is wrong",
+        48: "Input request: URBHVERS (DSECT version) is wrong",
+        49: "Input request: the message is shorter than it says (truncated)",
+        50: "Input request: URBHLENT (total length) is wrong",
+        51: "Input request: URBILENH is wrong",
+        52: "Input request: URBILEND is wrong",
+        53: "Input request: URBILEN is wrong",
+        54: "Input request: a reserved area is not zero",
+        55: "Input request: the message holds more than one status request",
+        56: "Input request: a URBI has an invalid request type",
+        57: "Input request: one message mixes different request types",
+        58: "The destination for the reply is invalid",
+        59: "Replay requested for a database that is not active",
+        60: "The replay token is undefined or outdated",
+        61: "The replicator got an invalid request (e.g. a record buffer too short, or no "
+        "format buffer in the initialization handshake)",
+        62: "Record data left out: the file's FDT as of the update is no longer available",
+        63: "The file named in the C5 command (option R) is not replicated",
+        64: "Extended subscription: comparing these field types is not supported",
+        65: "Extended subscription: a field of a condition is missing from the format buffer",
+        66: "Extended subscription: a field of a condition cannot be used for selection",
+        67: "Extended subscription: the FLIST data supplied by the user is invalid or out of "
+        "range",
+        68: "Extended subscription: unexpected error",
+        69: "A replay of the same DBID/FNR is already running",
+        70: "The file is not in any of the replicator's subscriptions",
+        71: "A date/time has a wrong format or value",
+        72: "The replay parameters are wrong",
+        73: "A subscription of the replay was deactivated",
+        74: "A destination of the replay was deactivated",
+        75: "A replay destination without SLOG was closed",
+        76: "The replay utility ADARPL ended abnormally",
+        77: "The replay cannot change to the requested status",
+        78: "New transactions were not held back during the replay",
+        79: "A user cancelled the replay",
+        80: "Timed out waiting for Adabas to reactivate the file",
+        81: "A token of an existing replay request (RRU) was found that replay did not "
+        "generate",
+        82: "RRDSORT is neither Y nor N: the database is not connected to the replicator now",
+        83: "The replay request names neither subscriptions nor destinations",
+        84: "Replication data from Adabas can reach an active subscription/destination pair "
+        "that takes part in a replay-only replay",
+        85: "A file of the replay was deactivated",
+        86: "Invalid format buffer for a destination of type ADABAS (update commands)",
+        87: "A message sequence number is not the one expected",
+        88: "A control block after the URBH has an eye-catcher the replicator does not know",
+        89: "The replay initialization names the same subscription more than once",
+        90: "The replay initialization names the same destination more than once",
+        91: "An automatic replay needs a start date/time",
+        92: "The timeout parameter is too high",
+        93: "The replicator system file holds no PLOG information",
+        94: "A format buffer for after/before images is also used for the key",
+        95: "Setting the user or replicator encoding failed",
+        96: "The target nucleus of the initial-state request is down (response 148)",
+        97: "The format buffer contains a LOB field, which is not supported",
+        98: "The Adabas nucleus has a higher version than the replicator",
+        99: "URBISNAM (subscription name) must not be given for this request type",
+        100: "URBITSNR (transaction number) must not be given for this request type",
+        101: "The open/close destination request failed on some of the tasks",
+        102: "The open/close destination request failed",
+        103: "The open/close destination request is invalid or came while one is in progress",
+        104: "Field filter: the begin byte lies beyond the field's length",
+        105: "Field filter: begin byte plus portion length exceed the field's length",
+        106: "Field filter: a begin byte or length is not supported for a U, P, F, G or W "
+        "field",
+        107: "The length given for the field is invalid",
+        108: "Input request: the URBI eye-catcher is wrong",
+        109: "An Adabas security (ADASCR) function was replicated to a subscription file "
+        "defined with SFSECURITYFILE=NO",
+        110: "The replicator got an invalid Adabas security (ADASCR) pseudo-transaction",
+        111: "A record change (delete, insert, refresh or update) was replicated to a "
+        "subscription file defined with SFSECURITYFILE=YES",
+        112: "An update could not be converted to a delete: no before image was supplied",
     }
 )
 
@@ -156,24 +234,46 @@ RESPONSES: Mapping[int, str] = MappingProxyType(
 )
 
 
-#: What a TRAN reply (URBS TRAN/TRSP, response 131) means for the tsnr it names. Seed 000
-#: routes subcodes 34, 35, 37 and 39-43 to the request's destination as well: they are
-#: about the request or the transaction, not a passing state of the replicator.
-#: - settle: this transaction cannot be resent (34: the subscription has no resend buffer;
-#:   35: not, or no longer, in the circular resend buffer — newer ones may still be there;
-#:   37: what the buffer holds for it is unusable);
-#: - park: 36, the subscription is not active: it may be resent after a reactivation;
-#: - fatal: the request itself is wrong (unknown or unrelated subscription/destination,
-#:   fields a TRAN must not carry, no active destination): asking again cannot help;
-#: - retry: anything else (e.g. a space shortage) may pass.
+#: What a TRAN reply (URBS TRAN/TRSP, response 131) means for the tsnr it names; the
+#: reasons are in :func:`tran_reply_action`'s docstring.
 TRAN_SETTLE: frozenset[int] = frozenset({34, 35, 37})
 TRAN_PARK: frozenset[int] = frozenset({36})
-TRAN_FATAL: frozenset[int] = frozenset({31, 32, 33, 38, 39, 40, 41, 42, 43})
+#: The request itself is wrong: a TRAN error about the request (31-33, 38, 39-43), or a
+#: malformed input message or URBI (10, 18, 25, 26, 30, 45-48, 50-58, 88, 99, 100, 108).
+TRAN_FATAL: frozenset[int] = frozenset(
+    {10, 18, 25, 26, 30, 31, 32, 33, 38, 39, 40, 41, 42, 43, 45, 46, 47, 48}
+    | set(range(50, 59))
+    | {88, 99, 100, 108}
+)
 TranAction = Literal["ok", "settle", "fatal", "park", "retry"]
 
 
 def tran_reply_action(rsp: int, subc: int) -> TranAction:
-    """What the job does with the tsnr a TRSP names (see ``TRAN_SETTLE`` and friends)."""
+    """What the job does with the tsnr a TRSP (reply to a prior-transaction request) names.
+
+    - ``ok``: response 0, the transaction is being resent.
+    - ``settle`` (34, 35, 37): this transaction cannot be resent, asking again gives the
+      same answer. 34: the subscription has no resend buffer; 35: the transaction is not,
+      or no longer, in the resend buffer — it is circular (seed 000: "Newer transactions
+      will overwrite older ones"), so it never comes back, while newer tsnrs of the same
+      gap may still be there; 37: the buffer's copy of it is invalid. Seed 000 sends these
+      to the request's destination too: they are about the transaction, not the request.
+    - ``park`` (36): the subscription is not active. Nothing is wrong with the request or
+      the transaction, which may be resent once the subscription is active again.
+    - ``fatal``: the request itself is wrong; sending it again cannot fix it. The TRAN
+      errors about the request's names and fields (31 unknown destination, 32 unknown
+      subscription, 33 destination not of the subscription, 38 no active destination,
+      39-43 fields a TRAN must leave empty or zero), and the input-message format errors
+      any request can get (10 different reply destinations, 18 different tokens, 25
+      reserved fields not zero, 26 and 30 unknown destination or reply destination,
+      45-48 and 50-54 a bad URBH/URBI length, version, byte order or reserved area, 55-57
+      request types, 58 invalid reply destination, 88 and 108 unknown eye-catchers, 99 and
+      100 fields this request type must not carry).
+    - ``retry``: anything else, which may pass: another response code (e.g. 148, nucleus
+      not active), a space shortage (3, 4), a truncated message (49: the transport may cut
+      one message, not every copy), an unexpected message sequence number (87), and
+      subcodes no source ties to prior-transaction requests.
+    """
     if rsp == 0:
         return "ok"
     if rsp != REPLICATOR_RSP:

@@ -34,7 +34,7 @@ def test_single_message_file() -> None:
     assert "URBH element at offset X'0000'" in text
     assert "URBS element at offset X'0040'" in text
     assert 'urbsst = "ERRO" Initial-state processing ERROR' in text
-    assert "urbssubc = 12 INITIALSTATE DBID/FNR definition not found as requested in URBI" in text
+    assert "urbssubc = 12 The initial-state definition has no file with the DBID/FNR" in text
     assert "urbhtime = 2004-06-09 15:44:22.506906 UTC" in text
     assert "urbhbord = X'0001'" in text
 
