@@ -1,4 +1,5 @@
-"""Client requests to the replicator's input queue: URBH + one URBI each.
+"""Client requests to the replicator's input queue: URBH + one URBI each, or for an
+initial-state request one URBI per file of the definition (:func:`inst`).
 
 Each function returns the whole message with URBHLENT set, in the form asked for (EBCDIC and
 big endian by default, as the mainframe expects; the replicator also accepts ASCII and little
@@ -218,10 +219,14 @@ class FileSelection(NamedTuple):
     arc: int = 0
 
 
-#: The ISN list of a file of an ISN-list definition with nothing to refresh in this request:
-#: a multi-file definition needs a URBI for every file (seed 000), an empty list is refused
-#: (131/19), and a range selects only existing ISNs ("Only existent ISNs will be returned for
-#: the ISN range"; a range may start and end on one ISN): X'FFFFFFFE' is never a real one.
+#: The ISN list of a file of an ISN-list definition that has nothing to refresh in this
+#: request. Seed 000: a definition of several files needs a URBI for each file, and an
+#: ISN-list definition refuses a URBI without data (131/19), so such a file still needs an
+#: ISN list. This one is one range X'FFFFFFFE'..X'FFFFFFFE' (a range may start and end on
+#: one ISN), and for a range "Only existent ISNs will be returned": X'FFFFFFFE' is the
+#: highest ISN there is, which no file of fewer than 4,294,967,294 records holds, so the
+#: file contributes nothing (an individual ISN instead would come back as a URBR with
+#: response 113). A tuple, so the shared constant cannot be changed.
 EMPTY_ISN_SELECTION: tuple[IsnItem, ...] = ((MAX_ISN, MAX_ISN),)
 
 

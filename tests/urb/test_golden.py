@@ -477,36 +477,64 @@ def test_decoded_seed_reencodes_to_same_fields(name: str) -> None:
         assert again == raw  # requests use blanks and zeros exactly as we write them
 
 
-@pytest.mark.parametrize("ebcdic", [True, False])
+#: Multi-file INST requests: (seed fixture of the first file's single-file request or None,
+#: the files, the message's form). The first file of each is the seed's own request.
+SEED_FORM = {"rnam": "OUT1", "rtok": "TOKENTOK", "sender": "Admin"}
+EMPL_FORM = {"rnam": "OUT2", "rtok": "EMPLTOKN", "sender": "Admin", "ebcdic": False,
+             "big_endian": False}
+EMPL_SEL = {"acod": 819, "wcod": 4091, "arc": 9}
+MULTI_FILE = {
+    "whole_files_ebcdic": ("03_inst_request_icolor_ebcdic", "ICOLOR",
+                           [rq.FileSelection(10006, 4), rq.FileSelection(10006, 5)], SEED_FORM),
+    "selection_ascii_le": ("08_inst_request_selection_ascii", "IEMPLAA",
+                           [rq.FileSelection(10006, 9, selection="2001100020011100", **EMPL_SEL),
+                            rq.FileSelection(10006, 11, selection="20011", **EMPL_SEL)],
+                           EMPL_FORM),
+    "isn_lists_ebcdic": (None, "IEMPL",
+                         [rq.FileSelection(10006, 9, isns=[7, (9, 12)]),
+                          rq.FileSelection(10006, 10, isns=rq.EMPTY_ISN_SELECTION),
+                          rq.FileSelection(10007, 9, isns=[3])], SEED_FORM),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MULTI_FILE))
 def test_a_multi_file_inst_request_is_one_message_with_the_seed_s_urbi_per_file(
-        ebcdic: bool) -> None:
-    """Seed 000: a definition of several files needs a URBI for each, all with the same
-    definition name and token, in one message. Each URBI is the seed's ICOLOR URBI for its
-    file; the message decodes back (ours and adapya-era's) to the same fields."""
+        case: str) -> None:
+    """Seed 000: a definition of several files needs a URBI for each, in one message, all
+    with the same definition name and token. The message is the single-file request's URBH
+    (URBHLENT the total) followed by each file's single-file URBI byte for byte — the seed's
+    own for the first file — and decodes back (ours and adapya-era's) to the same fields."""
     from .oracle import Oracle, normalise
 
-    form = {"ebcdic": ebcdic, "big_endian": ebcdic, "sender": "Admin"}
-    built = rq.inst("ICOLOR", [rq.FileSelection(10006, 4), rq.FileSelection(10006, 5,
-                                                                             isns=[7, (9, 12)])],
-                    rnam="OUT1", rtok="TOKENTOK", **form)
-    single = rq.inst_file("ICOLOR", 10006, 4, rnam="OUT1", rtok="TOKENTOK", **form)
-    if ebcdic:
-        assert single == load("03_inst_request_icolor_ebcdic")
-    head = 64
-    assert built[head:head + 96] == single[head:]  # the first URBI: the seed's, byte for byte
+    seed, inam, files, form = MULTI_FILE[case]
+    built = rq.inst(inam, files, **form)
+    singles = [rq.inst(inam, [f], **form) for f in files]
+    if seed is not None:
+        assert singles[0] == load(seed)
+    big = form.get("big_endian", True)
+    header = bytearray(singles[0][:64])
+    header[12:16] = len(built).to_bytes(4, "big" if big else "little")  # URBHLENT
+    assert built == bytes(header) + b"".join(one[64:] for one in singles)
+
     msg = decode_message(built)
-    assert msg.header.urbhlent == len(built) == head + 96 + 96 + 16
-    first, second = msg.elements
-    assert [(e.urbirt, e.urbiinam, e.urbirtok, e.urbirnam, e.urbidbid) for e in (first, second)
-            ] == [("INST", "ICOLOR", "TOKENTOK", "OUT1", 10006)] * 2
-    assert (first.urbifnr, first.urbilend, second.urbifnr, second.urbilend) == (4, 0, 5, 16)
-    assert second.isns == [7, (9, 12)]
-    oracle = Oracle(ebcdic, ebcdic).decode(built)
-    assert [eye for eye, _ in oracle] == ["URBH", "URBI", "URBI"]
-    for (_, theirs), ours in zip(oracle[1:], (first, second), strict=True):
-        for name in ("urbirt", "urbiinam", "urbirtok", "urbirnam", "urbidbid", "urbifnr",
-                     "urbilend"):
-            assert normalise(theirs[name]) == ours.fields[name], name
+    assert msg.header.urbhlent == len(built)
+    assert [(e.urbirt, e.urbiinam, e.urbirtok, e.urbirnam) for e in msg.elements] == [
+        ("INST", inam, form["rtok"], form["rnam"])] * len(files)
+    assert [(e.urbidbid, e.urbifnr) for e in msg.elements] == [(f.dbid, f.fnr) for f in files]
+    oracle = Oracle(form.get("ebcdic", True), big).decode(built)
+    assert [eye for eye, _ in oracle] == ["URBH"] + ["URBI"] * len(files)
+    assert {k: normalise(v) for k, v in oracle[0][1].items()} == msg.header.fields
+    for (_, theirs), ours in zip(oracle[1:], msg.elements, strict=True):
+        for name, value in theirs.items():
+            want = ours.fields.get(name)
+            assert normalise(value) == ("" if want is None else want), name  # None: reserved
+
+
+def test_one_file_selection_is_the_seed_s_single_file_request() -> None:
+    assert rq.inst("ICOLOR", [rq.FileSelection(10006, 4)], **SEED_FORM) == load(
+        "03_inst_request_icolor_ebcdic")
+    assert rq.inst("IEMPLAA", MULTI_FILE["selection_ascii_le"][2][:1], **EMPL_FORM) == load(
+        "08_inst_request_selection_ascii")
 
 
 def test_the_empty_selection_selects_nothing_and_follows_the_isn_list_rules() -> None:
