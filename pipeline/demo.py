@@ -3,11 +3,16 @@
     python -m pipeline.demo [--conf-file conf/local.yaml] [--transactions 300] [--seed 7]
 
 It resets the local topics, lake and checkpoint named in the conf, then runs the replicator
-simulator (with a few injected faults: a lost transaction, a lost continuation message, a
-duplicate, a corrupted message, a replicator restart) against the local broker while the
-streaming job (the same code spark-submit runs) reads, reassembles, asks the simulator to resend
-what was lost, and lands everything in Delta. At the end it prints what landed: rows per table,
-gaps and their states, alerts sent, quarantined messages.
+simulator — a real replicator behind a real MQ source connector: no Kafka key, STRT/REST
+naming no subscription, a TOD clock on UTC+1 with leap seconds, a circular resend buffer —
+with a few injected faults (lost transactions, a lost continuation message, a duplicate, a
+corrupted message, a replicator restart, a connector that re-produces a batch of hundreds of
+messages) against the local broker while the streaming job (the same code spark-submit runs)
+reads, reassembles, asks the simulator to resend what was lost, and lands everything in Delta.
+A transaction lost early is gone from the resend buffer by the time it is asked for: the
+replicator answers TRSP 131/35 and its gap ends unrecoverable, tsnr by tsnr. At the end it
+prints what landed: rows per table, gaps and their states, duplicates, alerts sent,
+quarantined messages.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ import time
 
 from pipeline.config import ConfigError, Settings, load_settings
 
-FAULTS = {"drop_transaction": 2, "drop_continuation": 1, "duplicate": 2, "corrupt": 1,
-          "restart": 1}
+FAULTS = {"drop_transaction": 3, "drop_continuation": 1, "duplicate": 2, "corrupt": 1,
+          "restart": 1, "redeliver": 1}
+SIM = {"redelivery_max_messages": 400}
 
 
 def reset(settings: Settings) -> None:
@@ -79,8 +85,11 @@ def report(spark, settings: Settings) -> None:
     print("== gaps (latest state of each) ==")
     spark.sql(LATEST_GAPS.format(path=table_path(settings, "gaps"))).select(
         "destination", "subscription", "epoch", "from_tsnr", "to_tsnr", "state",
-        "requests_sent", "reason").orderBy("destination", "subscription", "epoch",
-                                            "from_tsnr").show(truncate=False)
+        "requests_sent", "filled_tsnrs", "settled_tsnrs", "reason").orderBy(
+        "destination", "subscription", "epoch", "from_tsnr").show(truncate=False)
+    print("== duplicates dropped (a connector redelivery, a flagged repeat …) ==")
+    table("duplicates").groupBy("destination", "subscription", "reason").count().orderBy(
+        "destination", "subscription").show(truncate=False)
     print("== alerts sent ==")
     table("alerts").groupBy("kind", "severity").count().orderBy("kind").show(truncate=False)
     from pipeline.spark.typed import changes_table, current_table
@@ -118,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_session(settings)
     query = start_stream(spark, settings, on_batch=progress)
     sim = LiveReplicator(settings, transactions=args.transactions, seed=args.seed,
-                         faults=FaultPlan(counts=FAULTS), rate=200.0, verbose=True).start()
+                         faults=FaultPlan(counts=FAULTS), rate=200.0, verbose=True,
+                         sim=SIM).start()
     try:
         await_idle(query, timeout_s=args.timeout, quiet_batches=3,
                    until=lambda: sim.streamed.is_set() and gaps_settled(spark, settings))

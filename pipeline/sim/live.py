@@ -26,12 +26,14 @@ class LiveReplicator:
                  faults: FaultPlan | None = None, max_message_size: int = 4096,
                  rate: float = 0.0, verbose: bool = False,
                  replicator: Replicator | None = None,
-                 deliveries: list[Delivery] | None = None) -> None:
+                 deliveries: list[Delivery] | None = None,
+                 sim: dict[str, object] | None = None) -> None:
         """Either generate ``transactions`` here, or send pre-built ``deliveries`` made by
-        ``replicator`` (tests that record what was generated) and answer for it."""
+        ``replicator`` (tests that record what was generated) and answer for it. ``sim``:
+        further simulator settings (``SimConfig`` fields)."""
         if replicator is None:
             config = from_settings(settings).model_copy(
-                update={"max_message_size": max_message_size})
+                update={"max_message_size": max_message_size, **(sim or {})})
             replicator = Replicator(config, seed, faults=faults, transactions=transactions)
         self.replicator = replicator
         self._deliveries = deliveries

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import yaml
 
 from pipeline.config import Settings, load_settings
 from pipeline.ops import broker
-from pipeline.sim import FaultPlan, Replicator
+from pipeline.sim import Delivery, FaultPlan, Replicator
 from pipeline.sim.config import from_settings
 from pipeline.sim.live import LiveReplicator
 from tests.integration.truth import Sent, generate
@@ -41,7 +42,8 @@ def scenario_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | 
         raw.pop("layouts", None)
     prefix = f"e2e.{name}.{uuid.uuid4().hex[:6]}"
     raw["topics"] = {"outputs": {f"{prefix}.out1": "OUT1"}, "replies": f"{prefix}.replies",
-                     "requests": f"{prefix}.requests", "alerts": f"{prefix}.alerts"}
+                     "requests": f"{prefix}.requests", "alerts": f"{prefix}.alerts",
+                     "control": f"{prefix}.control"}
     raw["stream"].update(lake_dir=str(tmp_path / "lake"), checkpoint_dir=str(tmp_path / "ck"),
                          metrics_file=str(tmp_path / "metrics.jsonl"))
     raw["stream"]["gaps"].update(gaps or {})
@@ -72,16 +74,23 @@ class Scenario:
               faults: dict[str, int] | None = None, max_message_size: int = 4096,
               subscriptions: list[dict] | None = None,
               gaps: dict[str, Any] | None = None, layouts: bool = False,
-              stream: dict[str, Any] | None = None, gfft: tuple[int, ...] = ()) -> Scenario:
-        """``gfft``: files whose GFFT the simulator sends after STRT (``--gfft``)."""
+              stream: dict[str, Any] | None = None, gfft: tuple[int, ...] = (),
+              sim: dict[str, Any] | None = None,
+              edit: Callable[[Replicator, list[Delivery]], list[Delivery]] | None = None,
+              ) -> Scenario:
+        """``gfft``: files whose GFFT the simulator sends after STRT (``--gfft``); ``sim``:
+        more simulator settings; ``edit``: what the transport does to the generated stream
+        (lose messages, hold some back …) before the job reads it."""
         settings, path = scenario_settings(tmp_path, name, subscriptions=subscriptions,
                                            gaps=gaps, layouts=layouts, stream=stream)
         config = from_settings(settings).model_copy(
             update={"max_message_size": max_message_size, "c5_rate": 0.0,
-                    "gfft_files": gfft})
+                    "gfft_files": gfft, **(sim or {})})
         plan = FaultPlan(counts=faults or {})
         rep = Replicator(config, seed, faults=plan, transactions=transactions)
         deliveries, sent = generate(rep, transactions)
+        if edit is not None:
+            deliveries = edit(rep, deliveries)
         sim = LiveReplicator(settings, replicator=rep, deliveries=deliveries)
         return cls(settings, path, sent, sim, sum(len(d.value) for d in deliveries))
 

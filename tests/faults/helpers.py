@@ -60,7 +60,8 @@ def fault_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | Non
     prefix = f"faults.{name}.{uuid.uuid4().hex[:6]}"
     raw["base_dir"] = str(ROOT)
     raw["topics"] = {"outputs": {f"{prefix}.out1": "OUT1"}, "replies": f"{prefix}.replies",
-                     "requests": f"{prefix}.requests", "alerts": f"{prefix}.alerts"}
+                     "requests": f"{prefix}.requests", "alerts": f"{prefix}.alerts",
+                     "control": f"{prefix}.control"}
     raw["stream"].update(lake_dir=str(tmp_path / "lake"), checkpoint_dir=str(tmp_path / "ck"),
                          metrics_file=str(tmp_path / "metrics.jsonl"), **(stream or {}))
     raw["stream"]["gaps"].update(gaps or {})
