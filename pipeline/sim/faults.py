@@ -19,14 +19,35 @@ touches: the clean transactions, their payloads and times stay byte-identical ot
   on time, so its URBHTIME is unchanged.
 - wrap: numbering starts just below 2**32-1, so tsnrs wrap around to 1 (0 is reserved).
 
-The redelivery model: a Kafka Connect source task is at-least-once. The IBM MQ source
-connector (ibm-messaging/kafka-connect-mq-source) reads messages in a transacted JMS session
-and commits it only after Kafka acknowledged the records; a task that fails in between
-leaves the session rolled back, and MQ gives the same messages to the next task, which
-produces them again — after the ones that did reach Kafka. Kafka Connect also runs its
-producers without idempotence by default (KAFKA-13759), so a retried send may be duplicated
-or overtake the next one. Byte-identical copies far behind the live stream are therefore
-normal input, not corruption.
+The redelivery model: a Kafka Connect source task is at-least-once. What the IBM MQ source
+connector does (github ibm-messaging/kafka-connect-mq-source, src/main/java/com/ibm/
+eventstreams/connect/mqsource/, read at commit 81407a4):
+- JMSWorker.java: the task reads with ``createContext(..., JMSContext.SESSION_TRANSACTED)``,
+  "adding messages to the current transaction until told to commit"; ``commit()`` and
+  ``attemptRollback()`` end that MQ unit of work.
+- MQSourceTask.java: ``poll()`` returns up to ``mq.batch.size`` messages (MQSourceConnector:
+  default 250, "A batch uses a single unit of work") and the next ``internalPoll()`` commits
+  MQ only in ``waitForKafkaThenCommitMQ()``, after every record's ``commitRecord`` callback
+  (Kafka acknowledged it). A batch Kafka does not acknowledge in time ends in
+  ``ConnectException("Missing commits for message batch")``; a failed or stopped task closes
+  its JMS context with the unit of work open, so MQ rolls it back and gives the same
+  messages (same bytes, same MsgId; only the backout count moves) to the next task, which
+  produces them again after the ones of that batch that did reach Kafka. Exactly-once
+  needs ``mq.exactly.once.state.queue`` and Connect's exactly-once support, neither of
+  which is the default.
+- builders/BaseRecordBuilder.java ``getKey``: ``mq.record.builder.key.header`` unset means
+  ``KeyHeader.NONE`` and a null key; ``JMSMessageID`` gives the message id (as the JMS
+  string without its ``ID:`` prefix, i.e. the 24-byte MQMD.MsgId in hex — the simulator's
+  ``msgid`` key writes the 24 bytes themselves; either way one key per message, routing
+  nothing).
+Kafka Connect also runs its producers without idempotence by default (KAFKA-13759,
+apache/kafka#11933), so a retried send may be duplicated as well.
+
+The simulator's ``redeliver`` repeats the last k messages of one destination right after the
+last one delivered there, byte for byte and unflagged; k goes up to
+``redelivery_max_messages`` (default 2000: a connector configured with a larger
+``mq.batch.size``, or several failed batches in a row), so copies reach thousands of
+transactions behind the live stream: normal input, not corruption.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ way a replicator with an SLOG keeps them), numbering them when they are finally 
 
 The Kafka key is what the MQ source connector writes (``SimConfig.kafka_key``): none by
 default (the IBM MQ source connector's default record builder sets no key), the MQ message id
-(MQMD.MsgId, 24 bytes, with ``mq.record.builder.key.header=JMSMessageID``), or the old
+(MQMD.MsgId, 24 bytes, with ``mq.record.builder.key.header=JMSMessageID``; the connector
+writes it as hex text, we write the bytes — unique per message either way), or the old
 convenience of the subscription name. The outbox keeps each destination's last delivered
 messages, for a connector that produces them again (faults.py, ``redeliver``).
 """
