@@ -100,9 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--key", choices=("none", "msgid", "subscription"),
                       help="Kafka record key the connector writes (default: none)")
     what.add_argument("--tod-utc-offset", metavar="+HH:MM",
-                      help="offset of the TOD clock from UTC (default +01:00)")
+                      help="offset of the TOD clock (machine time) from UTC; a negative one as "
+                      "--tod-utc-offset=-05:00 (default +01:00; --settings: the job conf's "
+                      "replicator.tod_utc_offset)")
     what.add_argument("--tod-leap-seconds", type=int, metavar="N",
-                      help="leap seconds the TOD clock includes (default 27)")
+                      help="leap seconds the TOD clock includes (default 27; --settings: the job "
+                      "conf's replicator.tod_leap_seconds)")
     what.add_argument("--lifecycle-names-destination", action="store_true",
                       help="STRT/REST/TERM name their destination in URBSDNAM")
     what.add_argument(

@@ -35,6 +35,14 @@ YAML keys (all optional except destinations and subscriptions; defaults in brack
          detail: {fieldname: AB, newlength: 20}}
       - {at: 40, status: LODS, subscription: COLOR, fnr: 4}
       - {at: 50, status: RPLS, subscription: COLOR, files: [4]}
+    gfft_files: [4]               # files whose GFFT goes out after STRT and REST
+    # the transport and the machine, by default a real replicator behind an MQ source connector
+    kafka_key: none               # none | msgid (MQMD.MsgId, 24 bytes) | subscription
+    lifecycle_names_destination: false   # true: STRT/REST/TERM name it in URBSDNAM
+    redelivery_max_messages: 2000 # largest batch a connector redelivery repeats (faults.py)
+    stall_ms: 600000              # how long a connector stall holds a continuation message
+    tod_utc_offset: "+01:00"      # the TOD clock's offset from UTC (seed 001: machine time)
+    tod_leap_seconds: 27          # leap seconds the TOD clock includes
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ One loop, single-threaded: generate a transaction, send its messages, and while 
 target rate answer requests from the input queue (or sleep). Being ahead of schedule is also
 when the replicator sends its open messages, so a slow stream does not sit in a half-full
 message. A progress line goes to stderr once a second; a final count at the end.
+
+A connector stall (``Delivery.delay_ms``, faults.py ``stall``) is honoured by the Kafka sink:
+it flushes what came before and sleeps that long before producing the held message, so the
+whole load run waits with it (the message's URBHTIME stays when the replicator sent it).
 """
 
 from __future__ import annotations

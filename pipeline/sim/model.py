@@ -154,7 +154,7 @@ class SimConfig(_Frozen):
     # consumer knows the destination from the topic); True: URBSDNAM names it.
     lifecycle_names_destination: bool = False
     # The TOD clock is machine time (seed 001): leap seconds, and the offset of local time.
-    tod_utc_offset: str = "+01:00"
+    tod_utc_offset: str = Field(default="+01:00", pattern=r"^[+-](0\d|1[0-4]):[0-5]\d$")
     tod_leap_seconds: int = Field(default=27, ge=0, le=100)
 
     @model_validator(mode="after")

@@ -7,7 +7,8 @@ Library use (tests, Spark end-to-end tests, the CLI):
     out += rep.transactions(100)      # 100 transactions over all subscriptions
     out += rep.answer(request_bytes)  # reply to a TRAN/STAT/INST/OPND/CLSD request
     out += rep.terminate()            # flush and TERM
-    for topic, key, value in out: ...
+    for d in out: ...                 # Delivery: topic, key (None by default), value,
+                                      # delay_ms (a connector stall)
 
 Everything is deterministic under the seed when the clock is the default simulated one.
 """

@@ -71,7 +71,8 @@ class MemorySink:
 
 
 class KafkaSink:
-    """Produces each message to its destination's topic with the key the replicator implies."""
+    """Produces each message to its destination's topic with the key the connector writes
+    (``Delivery.key``; None, the default, produces a record without a key)."""
 
     def __init__(self, bootstrap: str, **settings: str | int) -> None:
         from confluent_kafka import Producer
