@@ -17,7 +17,7 @@ from pipeline.urb import Element, Message, decode_message
 @dataclass
 class Received:
     topic: str
-    key: str
+    key: bytes | None  # the Kafka key the connector writes (None by default)
     size: int
     message: Message
 

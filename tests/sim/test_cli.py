@@ -105,8 +105,58 @@ def test_cli_faults_and_help(tmp_path: Path) -> None:
         "--max-message-size",
         "--seed",
         "--config",
+        "--key",
+        "--redeliveries",
+        "--redelivery-max",
+        "--stalls",
+        "--stall-seconds",
+        "--tod-utc-offset",
+        "--tod-leap-seconds",
+        "--lifecycle-names-destination",
     ):
         assert flag in help_text
+    assert "no Kafka key" in help_text and "sleeps" in help_text
+
+
+def test_cli_connector_flags(tmp_path: Path) -> None:
+    from pipeline.sim.__main__ import _config, _faults, build_parser
+
+    args = build_parser().parse_args([
+        "--out", "x", "--key", "msgid", "--redeliveries", "2", "--redelivery-max", "10",
+        "--stalls", "1", "--stall-seconds", "1.5", "--lifecycle-names-destination",
+        "--fault-rate", "redeliver=0.1"])
+    config, plan = _config(args), _faults(args)
+    assert (config.kafka_key, config.redelivery_max_messages, config.stall_ms,
+            config.lifecycle_names_destination) == ("msgid", 10, 1500, True)
+    assert plan.counts == {"redeliver": 2, "stall": 1} and plan.rates == {"redeliver": 0.1}
+    default = _config(build_parser().parse_args(["--out", "x"]))
+    assert (default.kafka_key, default.redelivery_max_messages, default.stall_ms,
+            default.lifecycle_names_destination) == ("none", 2000, 600_000, False)
+    plain, again = tmp_path / "plain.urb", tmp_path / "again.urb"
+    assert main(["--out", str(plain), "--transactions", "50"]) == 0
+    assert main(["--out", str(again), "--transactions", "50", "--redeliveries", "3"]) == 0
+    copies = list(read_messages(again))
+    assert len(copies) > len(list(read_messages(plain)))
+    assert list(dict.fromkeys(copies)) == list(read_messages(plain)), "copies only"
+
+
+def test_cli_config_file_takes_the_transport_keys(tmp_path: Path) -> None:
+    """The YAML keys config.py documents for the transport and the clock."""
+    from pipeline.sim.config import load_config
+
+    conf = tmp_path / "sim.yaml"
+    conf.write_text(
+        "destinations:\n  - {name: D1, topic: t.d1}\n"
+        "subscriptions:\n  - name: S1\n    destinations: [D1]\n    dbid: 7\n    files: [3]\n"
+        "    layout: [{name: AA, format: A, length: 10}]\n"
+        "kafka_key: none\nlifecycle_names_destination: true\nredelivery_max_messages: 5\n"
+        "stall_ms: 1000\ntod_utc_offset: \"-03:00\"\ntod_leap_seconds: 0\n",
+        encoding="utf-8",
+    )
+    config = load_config(conf)
+    assert (config.kafka_key, config.lifecycle_names_destination,
+            config.redelivery_max_messages, config.stall_ms) == ("none", True, 5, 1000)
+    assert config.tod_offset_us == -3 * 3600 * 1_000_000
 
 
 def test_cli_rejects_too_small_messages(tmp_path: Path) -> None:

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pipeline.sim import FaultPlan, Replicator, SimConfig
+from pipeline.sim import Delivery, FaultPlan, Replicator, SimConfig
 from pipeline.sim.config import default_config
-from pipeline.urb import decode_message, requests, stck_to_datetime
+from pipeline.urb import decode_message, encode_message, requests, stck_to_datetime
 
 
 def test_records_have_no_key_unless_asked() -> None:
@@ -119,3 +119,192 @@ def test_an_empty_isn_range_selects_nothing_for_its_file() -> None:
         rnam="REPLY", rtok="T"))
     records = [r for d in out for r in decode_message(d.value).elements if r.eye == "URBR"]
     assert records and {r.urbrfnr for r in records} == {9}
+
+
+# -- keys, lifecycle and GFFTs ---------------------------------------------------------------
+
+
+def test_msgid_keys_are_unique_and_a_redelivered_copy_keeps_its_own() -> None:
+    config = default_config().model_copy(update={"kafka_key": "msgid"})
+    rep = Replicator(config, seed=6)
+    sent = rep.start() + rep.transactions(60)
+    assert all(d.key is not None and d.key[4:12] == b"QMREPTOR" for d in sent)
+    assert len({d.key for d in sent}) == len(sent)
+    again = rep.redeliver("OUT2", 7)
+    assert [d.key for d in again] == [d.key for d in sent if d.topic == "urb.out2"][-7:]
+    after = rep.transactions(1) + rep.terminate()
+    assert not {d.key for d in after} & {d.key for d in sent}, "new messages, new ids"
+
+
+def test_restart_and_term_name_no_destination_either() -> None:
+    rep = Replicator(default_config(), seed=1)
+    out = rep.start() + rep.transactions(5) + rep.restart() + rep.terminate()
+    lifecycle = [e for d in out for e in decode_message(d.value).elements
+                 if e.eye == "URBS" and e.urbsst in ("STRT", "REST", "TERM")]
+    assert {e.urbsst for e in lifecycle} == {"STRT", "REST", "TERM"}
+    assert {(e.urbssnam, e.urbsdnam) for e in lifecycle} == {("", "")}
+
+
+def test_gfft_messages_name_no_subscription() -> None:
+    """Issue 14.8: a GFFT travels in a message of its own; without a key nothing in it (key,
+    URBH, URBF, URBGs) names the subscription whose layout it describes."""
+    config = default_config().model_copy(update={"gfft_files": (4, 9, 20)})
+    out = Replicator(config, seed=2).start()
+    gffts = [d for d in out if decode_message(d.value).elements[0].eye == "URBF"]
+    assert len(gffts) == 4  # COLOR on OUT1, EMPLOYEE on OUT1 and OUT2, ORDERS on OUT2
+    for d in gffts:
+        assert d.key is None
+        message = decode_message(d.value)
+        assert [e.eye for e in message.elements] == ["URBF"]
+        for sub in config.subscriptions:
+            for form in ("cp037", "latin-1"):
+                assert sub.name.encode(form) not in d.value, f"{sub.name} in a GFFT"
+        texts = [v for e in (message.header, *message.elements) for v in e.fields.values()
+                 if isinstance(v, str)]
+        assert not any(s.name in t for t in texts for s in config.subscriptions)
+
+
+# -- the circular resend buffer --------------------------------------------------------------
+
+
+def test_an_overwritten_tsnr_is_answered_once_when_the_reply_goes_to_that_destination(
+) -> None:
+    rep = Replicator(default_config(), seed=3)
+    rep.run(300)
+    out = rep.answer(requests.tran("EMPLOYEE", "OUT2", 1, rnam="OUT2", rtok="T"))
+    [(topic, s)] = [(d.topic, decode_message(d.value).elements[0]) for d in out]
+    assert (topic, s.urbsst, s.urbsrsp, s.urbssubc, s.urbstsnr) == (
+        "urb.out2", "TRSP", 131, 35, 1)
+
+
+def test_a_few_hundred_transactions_overwrite_the_default_buffer() -> None:
+    rep = Replicator(default_config(), seed=0)
+    rep.run(300)
+    buffer = rep.buffers["RESEND1"]
+    oldest = {name: buffer.tsnrs(name)[0] for name in ("COLOR", "EMPLOYEE")}
+    assert all(t > 1 for t in oldest.values()), oldest
+    assert buffer.used <= buffer.size
+
+
+# -- connector redelivery ----------------------------------------------------------------------
+
+
+def _copy_runs(out: list) -> list[tuple[str, list[int], int]]:
+    """Each run of copies: topic, positions in ``out``, and how many originals of that topic
+    came before it. Keys are message ids, so a repeated key is a copy."""
+    originals: dict[str, list[bytes]] = {}
+    runs: list[tuple[str, list[int], int]] = []
+    expect: tuple[str, int] | None = None  # the topic and index the current run continues at
+    for at, d in enumerate(out):
+        seen = originals.setdefault(d.topic, [])
+        if d.key not in seen:
+            seen.append(d.key)
+            expect = None
+            continue
+        index = seen.index(d.key)
+        if expect != (d.topic, index):
+            runs.append((d.topic, [], len(seen)))
+        runs[-1][1].append(at)
+        expect = (d.topic, index + 1)
+    return runs
+
+
+def test_a_redelivery_repeats_the_tail_of_one_destination_right_after_it() -> None:
+    config = default_config().model_copy(update={"kafka_key": "msgid",
+                                                 "redelivery_max_messages": 40})
+    plan = FaultPlan(counts={"redeliver": 4})
+    out = Replicator(config, seed=9, faults=plan, transactions=120).run(120)
+    runs = _copy_runs(out)
+    assert len(runs) == 4
+    for topic, positions, before in runs:
+        assert positions == list(range(positions[0], positions[-1] + 1)), "one block"
+        assert 1 <= len(positions) <= 40
+        block = [out[p] for p in positions]
+        assert {d.topic for d in block} == {topic}, "one destination per redelivery"
+        originals = list(dict.fromkeys(d.key for d in out[:positions[0]] if d.topic == topic))
+        assert len(originals) == before
+        assert [d.key for d in block] == originals[-len(block):], "the last k, in order"
+        first = {d.key: d for d in out[:positions[0]]}
+        assert all(d == first[d.key] for d in block), "byte for byte, URBHMSNR and URBHTIME"
+        assert not any(e.eye in ("URBT", "URBR") and (e.fields.get("urbtrsnd") == "Y"
+                                                      or e.fields.get("urbrrsnd") == "Y")
+                       for d in block for e in decode_message(d.value).elements), "unflagged"
+    assert len({len(p) for _, p, _ in runs}) > 1, "k is drawn, not fixed"
+
+
+def test_redeliveries_by_rate_are_deterministic_and_leave_the_stream_as_it_was() -> None:
+    plan = FaultPlan(rates={"redeliver": 0.05})
+    config = default_config().model_copy(update={"redelivery_max_messages": 30})
+    first = Replicator(config, seed=4, faults=plan).run(150)
+    assert first == Replicator(config, seed=4, faults=plan).run(150)
+    clean = Replicator(config, seed=4).run(150)
+    assert len(first) > len(clean)
+    assert list(dict.fromkeys(d.value for d in first)) == [d.value for d in clean]
+
+
+def test_the_default_redelivery_reaches_thousands_of_messages_back() -> None:
+    config = default_config()
+    assert config.redelivery_max_messages == 2000
+    rep = Replicator(config.model_copy(update={"max_message_size": 600}), seed=1)
+    sent = rep.start() + rep.transactions(2500)
+    out1 = [d for d in sent if d.topic == "urb.out1"]
+    assert len(out1) > 2000
+    assert rep.redeliver("OUT1", 2000) == out1[-2000:]
+    assert len(rep.outbox.history["OUT1"]) == 2000, "the history is bounded"
+
+
+# -- connector stall -------------------------------------------------------------------------
+
+
+def test_the_kafka_sink_holds_a_stalled_delivery_for_its_delay(monkeypatch) -> None:
+    import confluent_kafka
+
+    from pipeline.sim import sinks
+
+    events: list[tuple[str, object]] = []
+
+    class Producer:
+        def __init__(self, conf: dict) -> None:
+            pass
+
+        def produce(self, topic: str, key: bytes | None, value: bytes) -> None:
+            events.append(("produce", key))
+
+        def flush(self, timeout: float) -> int:
+            events.append(("flush", timeout))
+            return 0
+
+        def poll(self, timeout: float) -> int:
+            return 0
+
+    monkeypatch.setattr(confluent_kafka, "Producer", Producer)
+    monkeypatch.setattr(sinks.time, "sleep", lambda s: events.append(("sleep", s)))
+    sink = sinks.KafkaSink("nowhere:9092")
+    sink.send([Delivery("t", None, b"a"), Delivery("t", None, b"b", delay_ms=90_000),
+               Delivery("t", None, b"c")])
+    assert events == [("produce", None), ("flush", 30), ("sleep", 90.0), ("produce", None),
+                      ("produce", None)]
+
+
+# -- multi-file initial state ----------------------------------------------------------------
+
+
+def _two_urbis(first: bytes, second: bytes) -> bytes:
+    """One request message with the URBIs of two single-file requests (other engineers'
+    ``requests.inst`` cannot make the URBIs differ, as seed 000's errors need)."""
+    a, b = decode_message(first), decode_message(second)
+    return encode_message(a.header, a.elements + b.elements, ebcdic=True, big_endian=True)
+
+
+@pytest.mark.parametrize(("second", "subc"), [
+    (requests.inst_file("ICOLOR", 12, 21, rnam="REPLY", rtok="T"), 11),
+    (requests.inst_file("IORDERS", 12, 21, rnam="REPLY", rtok="U"), 18),
+])
+def test_urbis_of_one_request_must_agree_on_definition_and_token(second: bytes,
+                                                                 subc: int) -> None:
+    rep = Replicator(default_config(), seed=4)
+    rep.run(5)
+    request = _two_urbis(requests.inst_file("IORDERS", 12, 20, rnam="REPLY", rtok="T"), second)
+    out = [(d.topic, decode_message(d.value).elements[0]) for d in rep.answer(request)]
+    assert [(t, e.urbsst, e.urbsrsp, e.urbssubc) for t, e in out] == [
+        ("urb.replies", "ERRO", 131, subc)]
