@@ -43,8 +43,8 @@ def answer_requests(settings: Settings, stop: threading.Event, ready: threading.
 
     rep = Replicator(from_settings(settings), seed=5)
     producer = Producer(settings.kafka.confluent())
-    for topic, key, value in rep.start() + rep.transactions(10):
-        producer.produce(topic, key=key.encode(), value=value)
+    for d in rep.start() + rep.transactions(10):
+        producer.produce(d.topic, key=d.key, value=d.value)
     sent["COLOR"] = rep.states["COLOR"].tsnr  # in the resend buffer
     ready.set()
     consumer = Consumer({**settings.kafka.confluent(), "group.id": uuid.uuid4().hex,
@@ -53,8 +53,8 @@ def answer_requests(settings: Settings, stop: threading.Event, ready: threading.
     while not stop.is_set():
         for msg in consumer.consume(10, timeout=0.2):
             if msg.error() is None:
-                for topic, key, value in rep.answer(msg.value()):
-                    producer.produce(topic, key=key.encode(), value=value)
+                for d in rep.answer(msg.value()):
+                    producer.produce(d.topic, key=d.key, value=d.value)
                 producer.flush(10)
     consumer.close()
 
