@@ -14,10 +14,15 @@
   URBTINST='Y', URBRTYP='R', after images; an ISN list selects records, a missing single ISN
   gives a URBR with rsp 113 and no URBD, a range only existing ISNs), then INST/CMPL per
   URBI; or one INST/ERRO with rsp 131 to the reply destination: 9 unknown name, 11 URBIs
-  naming different definitions, 18 different tokens, 12 DBID/FNR not in the definition —
-  also when a file of the definition has no URBI (an assumption: the seed says such a
-  request is wrong, not which subcode answers it) —, 15/19 ISN list against the definition's
-  selection, 16 invalid ISN list, 70 no subscription for the file.
+  naming different definitions, 10 different reply destinations, 18 different tokens, 12 a
+  URBI's DBID/FNR not in the definition, 14 a URBI without DBID or FNR and — an assumption —
+  a file of the definition that has no URBI, 15/19 ISN list against the definition's
+  selection, 16 invalid ISN list, 70 no subscription for the file. Seed 000 says a request
+  lacking a file's URBI is wrong, not which subcode answers it; the subcode texts of
+  adapya-era 1.3.0 (``adapya.era.urb.texts_reptor_subcodes``, our ``pipeline.urb.codes``)
+  make 12 the other direction ("INITIALSTATE DBID/FNR definition not found as requested in
+  URBI") and 14 this one ("DBID/FNR must be specified in Initial-state request and
+  definition": the definition's file is not specified in the request).
 - OPND/CLSD: open or close the destination; OPND/OPEN or CLSD/CLOS to the reply destination
   (or the destination itself); 131/26 for an unknown destination.
 """
@@ -222,21 +227,37 @@ def _inst_check(rep: Replicator, urbis: list[Element]) -> tuple[list[Subscriptio
     definition = rep.config.initial_state(first.urbiinam or "")
     if definition is None:
         return [], 9
-    if any(u.urbiinam != first.urbiinam for u in urbis):
-        return [], 11
-    if any(u.urbirtok != first.urbirtok for u in urbis):
-        return [], 18
-    asked = {u.urbifnr for u in urbis}
-    if any(u.urbidbid != definition.dbid or u.urbifnr not in definition.files for u in urbis) \
-            or asked != set(definition.files):
-        return [], 12
+    subc = _inst_message_error(urbis) or _inst_files_error(definition, urbis)
+    if subc:
+        return [], subc
     for urbi in urbis:
         subc = _selection_error(definition, urbi)
         if subc:
             return [], subc
+    asked = {u.urbifnr for u in urbis}
     subs = [s for s in rep.config.subscriptions
             if s.dbid == first.urbidbid and asked & set(s.files)]
     return subs, 0 if subs else 70
+
+
+def _inst_message_error(urbis: list[Element]) -> int:
+    """Seed 000: the name and token "must be the same for all URBIs in a message" (11, 18);
+    the reply destination too (10, adapya-era: "Response destinations must be same")."""
+    first = urbis[0]
+    for subc, field in ((11, "urbiinam"), (10, "urbirnam"), (18, "urbirtok")):
+        if any(getattr(u, field) != getattr(first, field) for u in urbis):
+            return subc
+    return 0
+
+
+def _inst_files_error(definition: InitialStateDef, urbis: list[Element]) -> int:
+    """14: a URBI without DBID or FNR, or a file of the definition without its URBI; 12: a
+    URBI asking for a file the definition does not have (module docstring)."""
+    if any(not u.urbidbid or not u.urbifnr for u in urbis):
+        return 14
+    if any(u.urbidbid != definition.dbid or u.urbifnr not in definition.files for u in urbis):
+        return 12
+    return 14 if {u.urbifnr for u in urbis} != set(definition.files) else 0
 
 
 def _selection_error(definition: InitialStateDef, urbi: Element) -> int:

@@ -99,7 +99,8 @@ def test_a_multi_file_definition_answers_one_urbi_with_erro_and_all_its_files_wi
     rep.run(10)
     [(topic, erro)] = _inst(rep, [requests.FileSelection(12, 20)])
     e = erro.elements[0]
-    assert (topic, e.urbsst, e.urbsrsp, e.urbssubc) == ("urb.replies", "ERRO", 131, 12)
+    # 14, not 12: file 21 of the definition is not specified in the request (responder.py)
+    assert (topic, e.urbsst, e.urbsrsp, e.urbssubc) == ("urb.replies", "ERRO", 131, 14)
     answer = _inst(rep, [requests.FileSelection(12, 20), requests.FileSelection(12, 21)])
     statuses = [(m.elements[0].urbsst, m.elements[0].urbsfnr) for t, m in answer
                 if t == "urb.replies"]
@@ -108,17 +109,42 @@ def test_a_multi_file_definition_answers_one_urbi_with_erro_and_all_its_files_wi
     assert files == {20, 21}
 
 
-def test_an_empty_isn_range_selects_nothing_for_its_file() -> None:
-    config = default_config().model_copy(update={"initial_states": (
-        default_config().initial_states[1].model_copy(update={"files": (9, 10)}),)})
-    rep = Replicator(config, seed=4)
+def _orders_by_isn() -> Replicator:
+    """IORDERS selecting by ISN list: files 20 and 21, both replicated by ORDERS."""
+    config = default_config()
+    iorders = config.initial_state("IORDERS").model_copy(update={"selection": "isnlist"})
+    rep = Replicator(config.model_copy(update={"initial_states": (iorders,)}), seed=4)
     rep.run(10)
-    out = rep.answer(requests.inst("IEMPL", [
-        requests.FileSelection(10006, 9, isns=[1, 2]),
-        requests.FileSelection(10006, 10, isns=requests.EMPTY_ISN_SELECTION)],
-        rnam="REPLY", rtok="T"))
-    records = [r for d in out for r in decode_message(d.value).elements if r.eye == "URBR"]
-    assert records and {r.urbrfnr for r in records} == {9}
+    return rep
+
+
+def _urbr_files(rep: Replicator, file21: list) -> tuple[list[int], list[tuple[str, int]]]:
+    """The URBRs' files, and the (status, file) of the reply destination's statuses."""
+    out = rep.answer(requests.inst("IORDERS", [
+        requests.FileSelection(12, 20, isns=[1, 2]),
+        requests.FileSelection(12, 21, isns=file21)], rnam="REPLY", rtok="T"))
+    messages = [(d.topic, decode_message(d.value)) for d in out]
+    files = [e.urbrfnr for _, m in messages for e in m.elements if e.eye == "URBR"]
+    replies = [(m.elements[0].urbsst, m.elements[0].urbsfnr) for t, m in messages
+               if t == "urb.replies"]
+    return files, replies
+
+
+@pytest.mark.parametrize("file21", [list(requests.EMPTY_ISN_SELECTION), [(10**6, 2 * 10**6)]])
+def test_a_range_selecting_no_existing_isn_gives_its_file_nothing(file21: list) -> None:
+    """Seed 000: "Only existent ISNs will be returned for the ISN range" — so a file of a
+    multi-file request can be asked for nothing; it is still INIT and CMPL."""
+    files, replies = _urbr_files(_orders_by_isn(), file21)
+    assert files == [20, 20]
+    assert replies == [("INIT", 20), ("INIT", 21), ("CMPL", 20), ("CMPL", 21)]
+
+
+def test_a_range_over_existing_isns_gives_its_file_those_records() -> None:
+    """The control for the test above: the same request with a range that selects."""
+    rep = _orders_by_isn()
+    existing = [i for i in rep.generator.file("ORDERS", 21).sorted_isns() if i <= 5]
+    files, _ = _urbr_files(rep, [(1, 5)])
+    assert existing and files == [20, 20] + [21] * len(existing)
 
 
 # -- keys, lifecycle and GFFTs ---------------------------------------------------------------
@@ -299,12 +325,30 @@ def _two_urbis(first: bytes, second: bytes) -> bytes:
 @pytest.mark.parametrize(("second", "subc"), [
     (requests.inst_file("ICOLOR", 12, 21, rnam="REPLY", rtok="T"), 11),
     (requests.inst_file("IORDERS", 12, 21, rnam="REPLY", rtok="U"), 18),
+    (requests.inst_file("IORDERS", 12, 21, rnam="OUT2", rtok="T"), 10),
+    (requests.inst_file("IORDERS", 12, 22, rnam="REPLY", rtok="T"), 12),
+    (requests.inst_file("IORDERS", 10006, 21, rnam="REPLY", rtok="T"), 12),
 ])
-def test_urbis_of_one_request_must_agree_on_definition_and_token(second: bytes,
-                                                                 subc: int) -> None:
+def test_urbis_of_one_request_must_agree_and_ask_for_files_of_the_definition(
+        second: bytes, subc: int) -> None:
     rep = Replicator(default_config(), seed=4)
     rep.run(5)
     request = _two_urbis(requests.inst_file("IORDERS", 12, 20, rnam="REPLY", rtok="T"), second)
     out = [(d.topic, decode_message(d.value).elements[0]) for d in rep.answer(request)]
     assert [(t, e.urbsst, e.urbsrsp, e.urbssubc) for t, e in out] == [
         ("urb.replies", "ERRO", 131, subc)]
+
+
+def test_a_urbi_without_a_file_number_is_erro_14() -> None:
+    """adapya-era's text of 14: "DBID/FNR must be specified in Initial-state request and
+    definition" — a URBI of FNR 0, like a file of the definition without a URBI."""
+    from pipeline.urb import make_element
+
+    rep = Replicator(default_config(), seed=4)
+    rep.run(5)
+    message = decode_message(requests.inst_file("ICOLOR", 10006, 4, rnam="REPLY", rtok="T"))
+    urbi = make_element("URBI", **{**message.elements[0].fields, "urbifnr": 0})
+    request = encode_message(message.header, [urbi], ebcdic=True, big_endian=True)
+    out = [(d.topic, decode_message(d.value).elements[0]) for d in rep.answer(request)]
+    assert [(t, e.urbsst, e.urbsrsp, e.urbssubc) for t, e in out] == [
+        ("urb.replies", "ERRO", 131, 14)]
