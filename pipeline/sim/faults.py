@@ -13,7 +13,9 @@ touches: the clean transactions, their payloads and times stay byte-identical ot
 - corrupt: the next message sent has some of its bytes damaged.
 - redeliver: the MQ source connector re-produces its last batch of one destination: the last
   k messages (1 <= k <= ``SimConfig.redelivery_max_messages``) again, byte for byte (same
-  URBHMSNR, URBHTIME and key), unflagged, right after the last one delivered there.
+  URBHMSNR, URBHTIME and key), unflagged, right after the last one delivered there. Each
+  destination's queue has a connector of its own, so the destination is drawn (its own
+  stream) among all that have had messages, the reply destination included.
 - stall: the connector holds the next continuation message (one starting with URBC) for
   ``SimConfig.stall_ms`` before producing it (``Delivery.delay_ms``); the replicator sent it
   on time, so its URBHTIME is unchanged.
@@ -53,7 +55,7 @@ transactions behind the live stream: normal input, not corruption.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 KINDS = ("drop_transaction", "drop_continuation", "duplicate", "restart", "corrupt",
@@ -92,6 +94,7 @@ class FaultSchedule:
         self._plan = plan
         self._seed = seed
         self._sizes: dict[str, random.Random] = {}
+        self._choices: dict[str, random.Random] = {}
         self.rng = random.Random(f"{seed}/faults")
         self._hits: dict[str, set[int]] = {}
         self._streams = {kind: random.Random(f"{seed}/faults/{kind}") for kind in KINDS}
@@ -112,6 +115,12 @@ class FaultSchedule:
         from its own stream so that it changes nothing else."""
         return self._sizes.setdefault(kind, random.Random(f"{self._seed}/size/{kind}")
                                       ).randint(1, top)
+
+    def choice(self, kind: str, options: Sequence[str]) -> str:
+        """Which of ``options`` a fault that hit touches (the destination whose connector
+        redelivers), from its own stream so that it changes nothing else."""
+        return self._choices.setdefault(kind, random.Random(f"{self._seed}/choice/{kind}")
+                                        ).choice(options)
 
     def hits(self, kind: str, index: int) -> bool:
         if kind in self._hits:

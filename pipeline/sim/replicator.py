@@ -170,7 +170,7 @@ class Replicator:
         if self.config.c5_rate and self.rng.random() < self.config.c5_rate:
             out += self.c5(sub)
         if hits["redeliver"]:
-            out += self.redeliver(sub.destinations[0])
+            out += self.redeliver(self.faults.choice("redeliver", self._delivered_to()))
         return out
 
     def redeliver(self, destination: str, count: int | None = None) -> list[Delivery]:
@@ -179,6 +179,11 @@ class Replicator:
         if count is None:
             count = self.faults.size("redeliver", self.config.redelivery_max_messages)
         return self.outbox.redeliver(destination, count)
+
+    def _delivered_to(self) -> list[str]:
+        """Destinations with messages a connector could produce again: one connector per
+        destination queue, so any of them can fail, the reply destination's too."""
+        return [d.name for d in self.config.destinations if self.outbox.history[d.name]]
 
     def _pick(self) -> tuple[Subscription, list[Delivery]]:
         """Subscriptions come in runs, so several transactions can share a message."""

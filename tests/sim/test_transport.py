@@ -352,3 +352,15 @@ def test_a_urbi_without_a_file_number_is_erro_14() -> None:
     out = [(d.topic, decode_message(d.value).elements[0]) for d in rep.answer(request)]
     assert [(t, e.urbsst, e.urbsrsp, e.urbssubc) for t, e in out] == [
         ("urb.replies", "ERRO", 131, 14)]
+
+
+def test_any_destination_s_connector_can_redeliver_the_reply_one_too() -> None:
+    """One connector per destination queue: the redelivering one is drawn among them all."""
+    config = default_config().model_copy(update={"kafka_key": "msgid",
+                                                 "redelivery_max_messages": 5})
+    plan = FaultPlan(counts={"redeliver": 12})
+    out = Replicator(config, seed=9, faults=plan, transactions=100).run(100)
+    topics = [topic for topic, _, _ in _copy_runs(out)]
+    assert set(topics) == {"urb.out1", "urb.out2", "urb.replies"}
+    again = Replicator(config, seed=9, faults=plan, transactions=100).run(100)
+    assert [t for t, _, _ in _copy_runs(again)] == topics
