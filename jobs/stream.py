@@ -59,7 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.spark.session import build_session
     from pipeline.spark.sinks import KafkaUnreachable
 
-    spark = build_session(settings)
+    try:  # spark-submit's own settings win over conf (pipeline/spark/launcher.py)
+        spark = build_session(settings)
+    except ConfigError as exc:  # e.g. spark-submit without the jars
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         query = start_stream(spark, settings, trigger_interval=args.trigger)
     except ConfigError as exc:  # e.g. a layout its typed tables cannot take (reconcile.py)

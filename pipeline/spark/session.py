@@ -1,33 +1,43 @@
 """The one Spark session factory: Delta, the resolved jars, local[*] and everything from conf.
 
 Nothing here resolves packages through Spark's Ivy at run time: the jars come from
-``make jars`` (Maven, from the manifests in jvm/) and reach Spark through ``spark.jars``.
+``make jars`` (Maven, from the manifests in jvm/) and reach Spark through ``spark.jars``
+(``--jars`` under spark-submit). Under spark-submit its own settings win over conf
+(``pipeline/spark/launcher.py`` says what the launcher exposes and how the two meet).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import TYPE_CHECKING
 
-from pipeline.config import Settings
+from pipeline.config import ConfigError, Settings
 from pipeline.spark.jars import spark_jars
+from pipeline.spark.launcher import Launch, SessionConf, merge, read_launch
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+log = logging.getLogger("urbpipe.session")
 
-_SUBMIT_KEYS = frozenset({"spark.master", "spark.jars", "spark.driver.memory"})
+#: Classes the driver must load: without them spark-submit was not given the jars.
+_DRIVER_CLASSES = {"org.apache.spark.sql.kafka010.KafkaSourceProvider": "the Kafka connector",
+                   "io.delta.sql.DeltaSparkSessionExtension": "Delta"}
 
 
-def session_conf(settings: Settings) -> dict[str, str]:
-    """Every Spark setting the product relies on, from conf, as one dict (tested without Spark)."""
+def session_conf(settings: Settings, *, jars: bool = True) -> dict[str, str]:
+    """Every Spark setting the product relies on, from conf, as one dict (tested without Spark).
+
+    ``jars=False`` leaves out ``spark.jars`` (and does not look for them): under spark-submit
+    the jars come from ``--jars``, and ``spark.jars_dir`` need not exist on the driver's host.
+    """
     s = settings.spark
     conf = {
         "spark.master": s.master,
         "spark.app.name": s.app_name,
         "spark.driver.memory": s.driver_memory,
-        "spark.jars": ",".join(spark_jars(settings.location(s.jars_dir))),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         # Frozen into the checkpoint of a stateful query: small on small machines.
@@ -49,27 +59,75 @@ def session_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.warehouse.dir": settings.location(".run/spark-warehouse"),
         "spark.driver.extraJavaOptions": f"-Dderby.system.home={settings.location('.run')}",
     }
+    if jars:
+        conf["spark.jars"] = ",".join(spark_jars(settings.location(s.jars_dir)))
     conf.update(s.conf)
     return conf
 
 
+def resolve_conf(settings: Settings, launch: Launch) -> SessionConf:
+    """conf/ under what the launcher set: its settings win, conf fills what is unset."""
+    need_jars = "spark.jars" not in launch.submitted and not launch.driver_running
+    return merge(session_conf(settings, jars=need_jars), launch)
+
+
 def build_session(settings: Settings) -> SparkSession:
-    """Create (or return the active) SparkSession configured from settings."""
+    """Create (or return the active) SparkSession configured from settings.
+
+    Raises ConfigError when spark-submit started the driver without the jars the job needs.
+    """
     from pyspark.sql import SparkSession
 
-    # Executors must run the same interpreter as the driver (the project venv).
+    # Executors must run the same interpreter as the driver (the project venv); under
+    # spark-submit, spark.pyspark.python sets PYSPARK_PYTHON before this runs.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark import SparkConf
-
-    # Under spark-submit, its own --master/--jars/--driver-memory win over conf/.
-    submitted = SparkConf()
+    launch = read_launch()
+    resolved = resolve_conf(settings, launch)
+    if launch.driver_running:
+        _require_driver_classes()
     builder = SparkSession.builder
-    for key, value in session_conf(settings).items():
-        if key in _SUBMIT_KEYS and submitted.contains(key):
-            continue
+    for key, value in resolved.conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark.log_level)
+    _log_session(spark, resolved, settings)
     return spark
+
+
+def _require_driver_classes() -> None:
+    """Fail in one line when spark-submit started the driver without ``--jars``: the jars
+    cannot be added to a running driver's class path (a later spark.jars reaches executors
+    only, and the job would fail on its first Kafka read)."""
+    from pyspark import SparkContext
+
+    jvm = SparkContext._jvm
+    assert jvm is not None
+    missing = [what for cls, what in _DRIVER_CLASSES.items()
+               if not jvm.org.apache.spark.util.Utils.classIsLoadable(cls)]
+    if missing:
+        raise ConfigError(
+            f"spark-submit started the driver without {' and '.join(missing)}: pass "
+            "--jars \"$(python -m pipeline.spark.jars --conf-file <conf>)\"")
+
+
+def _log_session(spark: SparkSession, resolved: SessionConf, settings: Settings) -> None:
+    """One line saying where the job runs and who decided it (spark-submit or conf), and a
+    warning for a launch-time setting of the user's conf the running driver could not take."""
+    conf = spark.sparkContext.getConf()
+
+    def shown(key: str) -> str:
+        if not conf.contains(key):
+            return "spark-submit's default"
+        source = "spark-submit" if key in resolved.from_launcher else "conf"
+        return f"{conf.get(key)} ({source})"
+
+    log.info("Spark session %s: master %s, deploy mode %s, driver memory %s",
+             spark.sparkContext.applicationId, shown("spark.master"),
+             conf.get("spark.submit.deployMode", "client"), shown("spark.driver.memory"))
+    users = {"spark.driver.memory", *settings.spark.conf}
+    ignored = [f"{k}={v}" for k, v in resolved.not_applied.items() if k in users]
+    if ignored:
+        log.warning("conf's %s not applied: spark-submit started the driver JVM before the job "
+                    "read its conf (give it to spark-submit instead)", ", ".join(ignored))
