@@ -26,12 +26,13 @@ examples:
 
 The file format is 4-byte big-endian length + message, repeated. By default the stream is
 what a real replicator behind an MQ source connector delivers: no Kafka key (--key msgid: the
-MQ message id; --key subscription: the subscription name, or the destination's for STRT/TERM/
-REST), STRT/REST/TERM naming neither subscription nor destination, STCK times on a TOD clock
-with 27 leap seconds set to UTC+01:00, a resend buffer that overwrites its oldest entries.
-Faults add what the connector does on a bad day: --redeliveries (a batch produced again, byte
-for byte, up to --redelivery-max messages back), --stalls (a continuation held
---stall-seconds). See pipeline/sim/config.py for the YAML keys.
+MQ message id as the connector writes it, 48 hex characters, one per message; --key
+subscription: the subscription name, or the destination's for STRT/TERM/REST), STRT/REST/TERM
+naming neither subscription nor destination, STCK times on a TOD clock with 27 leap seconds
+set to UTC+01:00, a resend buffer that overwrites its oldest entries. Faults add what the
+connector does on a bad day: --redeliveries (a batch produced again, byte for byte, up to
+--redelivery-max messages back), --stalls (a continuation held --stall-seconds).
+See pipeline/sim/config.py for the YAML keys.
 """
 
 _FAULT_FLAGS = {

@@ -37,7 +37,7 @@ YAML keys (all optional except destinations and subscriptions; defaults in brack
       - {at: 50, status: RPLS, subscription: COLOR, files: [4]}
     gfft_files: [4]               # files whose GFFT goes out after STRT and REST
     # the transport and the machine, by default a real replicator behind an MQ source connector
-    kafka_key: none               # none | msgid (MQMD.MsgId, 24 bytes) | subscription
+    kafka_key: none               # none | msgid (MQMD.MsgId as 48 hex chars) | subscription
     lifecycle_names_destination: false   # true: STRT/REST/TERM name it in URBSDNAM
     redelivery_max_messages: 2000 # largest batch a connector redelivery repeats (faults.py)
     stall_ms: 600000              # how long a connector stall holds a continuation message

@@ -39,9 +39,8 @@ eventstreams/connect/mqsource/, read at commit 81407a4):
   which is the default.
 - builders/BaseRecordBuilder.java ``getKey``: ``mq.record.builder.key.header`` unset means
   ``KeyHeader.NONE`` and a null key; ``JMSMessageID`` gives the message id (as the JMS
-  string without its ``ID:`` prefix, i.e. the 24-byte MQMD.MsgId in hex — the simulator's
-  ``msgid`` key writes the 24 bytes themselves; either way one key per message, routing
-  nothing).
+  string without its ``ID:`` prefix, i.e. the 24-byte MQMD.MsgId as 48 hex characters —
+  the simulator's ``msgid`` key, outbox.py; one key per message, routing nothing).
 Kafka Connect also runs its producers without idempotence by default (KAFKA-13759,
 apache/kafka#11933), so a retried send may be duplicated as well.
 

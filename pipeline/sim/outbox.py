@@ -6,10 +6,12 @@ way a replicator with an SLOG keeps them), numbering them when they are finally 
 
 The Kafka key is what the MQ source connector writes (``SimConfig.kafka_key``): none by
 default (the IBM MQ source connector's default record builder sets no key), the MQ message id
-(MQMD.MsgId, 24 bytes, with ``mq.record.builder.key.header=JMSMessageID``; the connector
-writes it as hex text, we write the bytes — unique per message either way), or the old
-convenience of the subscription name. The outbox keeps each destination's last delivered
-messages, for a connector that produces them again (faults.py, ``redeliver``).
+as that connector writes it with ``mq.record.builder.key.header=JMSMessageID``: the 24-byte
+MQMD.MsgId as 48 lowercase hex characters (its README: "As strings, the connector represents
+them using a sequence of 48 hexadecimal characters"; the JMS id without ``ID:``, serialised by
+the StringConverter it recommends), or the old convenience of the subscription name. The
+outbox keeps each destination's last delivered messages, for a connector that produces them
+again (faults.py, ``redeliver``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,16 @@ def _restamp(message: bytes, msnr: int, time: int, *, big_endian: bool) -> bytes
     data = bytearray(message)
     _STAMP[big_endian].pack_into(data, _MSNR_AT, msnr, time)
     return bytes(data)
+
+
+QUEUE_MANAGER = "QMREPTOR"  # the queue manager the replicator's destination queues live on
+
+
+def mq_msgid(number: int) -> bytes:
+    """The MQMD.MsgId a queue manager gives the ``number``-th message: "AMQ ", the queue
+    manager's name in 12 bytes, 8 bytes unique to it (the connector's own test data,
+    SequenceStateClientIT: 414d5120 4d59514d4752202020202020 33056b6401d51010)."""
+    return b"AMQ " + QUEUE_MANAGER.encode("ascii").ljust(12) + number.to_bytes(8, "big")
 
 
 class Delivery(NamedTuple):
@@ -99,9 +111,9 @@ class Outbox:
         mode = self._config.kafka_key
         if mode == "subscription":
             return name.encode()
-        if mode == "msgid":  # MQMD.MsgId: "AMQ " + queue manager (8) + a unique counter (12)
+        if mode == "msgid":
             self._msgids += 1
-            return b"AMQ " + b"QMREPTOR" + self._msgids.to_bytes(12, "big")
+            return mq_msgid(self._msgids).hex().encode("ascii")
         return None
 
     def redeliver(self, destination: str, count: int) -> list[Delivery]:

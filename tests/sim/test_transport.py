@@ -21,7 +21,8 @@ def test_records_have_no_key_unless_asked() -> None:
     assert {d.key for d in Replicator(keyed, seed=1).run(20)} >= {b"COLOR", b"OUT1"}
     by_id = Replicator(default_config().model_copy(update={"kafka_key": "msgid"}), 1).run(20)
     ids = [d.key for d in by_id]
-    assert all(k is not None and len(k) == 24 and k.startswith(b"AMQ ") for k in ids)
+    assert all(k is not None and len(k) == 48 and bytes.fromhex(k.decode()).startswith(b"AMQ ")
+               for k in ids), "MQMD.MsgId as the connector's 48 hex characters"
     assert len(set(ids)) == len(ids), "a message id is unique per message"
 
 
@@ -154,7 +155,9 @@ def test_msgid_keys_are_unique_and_a_redelivered_copy_keeps_its_own() -> None:
     config = default_config().model_copy(update={"kafka_key": "msgid"})
     rep = Replicator(config, seed=6)
     sent = rep.start() + rep.transactions(60)
-    assert all(d.key is not None and d.key[4:12] == b"QMREPTOR" for d in sent)
+    msgids = [bytes.fromhex(d.key.decode("ascii")) for d in sent if d.key is not None]
+    assert len(msgids) == len(sent)
+    assert all(m[:16] == b"AMQ QMREPTOR    " and len(m) == 24 for m in msgids)
     assert len({d.key for d in sent}) == len(sent)
     again = rep.redeliver("OUT2", 7)
     assert [d.key for d in again] == [d.key for d in sent if d.topic == "urb.out2"][-7:]
