@@ -82,10 +82,17 @@ def fault_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | Non
     return settings, path
 
 
-def sim_config(settings: Settings, max_message_size: int) -> Any:
-    """The simulator's view of the job's conf; no C5 noise so status rows stay countable."""
-    return from_settings(settings).model_copy(
+def sim_config(settings: Settings, max_message_size: int, *, big_buffer: bool = False) -> Any:
+    """The simulator's view of the job's conf; no C5 noise so status rows stay countable.
+    ``big_buffer``: a resend buffer that keeps the whole run (the default one is circular
+    and small, as real ones are: early losses are answered TRSP 131/35)."""
+    config = from_settings(settings).model_copy(
         update={"max_message_size": max_message_size, "c5_rate": 0.0})
+    if big_buffer:
+        buffers = tuple(b.model_copy(update={"size": 64 * 1024 * 1024})
+                        for b in config.resend_buffers)
+        config = config.model_copy(update={"resend_buffers": buffers})
+    return config
 
 
 # -- what the simulator did --------------------------------------------------------------------
@@ -183,9 +190,10 @@ class PacedLoad:
 
 
 def with_epochs(sent: Iterable[Sent]) -> list[tuple[int, Sent]]:
-    """Each generated transaction with its epoch, derived from the source alone: a
+    """Each generated transaction with its epoch, derived from the source alone: the
+    replicator's STRT at the start begins epoch 1 (every run here starts with one), and a
     subscription's epoch goes up each time its tsnr does not increase (numbering restarted)."""
-    epochs: dict[str, int] = defaultdict(int)
+    epochs: dict[str, int] = defaultdict(lambda: 1)
     last: dict[str, int] = {}
     out: list[tuple[int, Sent]] = []
     for s in sent:
@@ -324,10 +332,13 @@ def landed_count(settings: Settings) -> int:
     return len(read_table(settings, "transactions", ["tsnr"]))
 
 
-def latest_gaps(settings: Settings) -> list[dict[str, Any]]:
-    """Each gap's current row: the one with the greatest (batch_id, seq)."""
+def latest_gaps(settings: Settings, kind: str | None = "tsnr") -> list[dict[str, Any]]:
+    """Each gap's current row: the one with the greatest (batch_id, seq); of ``kind`` (tsnr
+    gaps by default; ``messages``: holes in URBHMSNR; None: both)."""
     best: dict[tuple[str, str, str], dict[str, Any]] = {}
     for row in read_table(settings, "gaps"):
+        if kind is not None and row.get("kind", "tsnr") != kind:
+            continue
         key = (row["destination"], row["subscription"], row["gap_id"])
         if key not in best or (row["batch_id"], row["seq"]) > (best[key]["batch_id"],
                                                                  best[key]["seq"]):
@@ -336,7 +347,7 @@ def latest_gaps(settings: Settings) -> list[dict[str, Any]]:
 
 
 def gaps_settled(settings: Settings) -> bool:
-    return all(g["state"] in ("filled", "unrecoverable") for g in latest_gaps(settings))
+    return all(g["state"] not in ("open", "requested") for g in latest_gaps(settings, None))
 
 
 # -- the check every fault test ends with ------------------------------------------------------

@@ -142,7 +142,7 @@ def test_an_inst_the_definition_does_not_cover_is_a_critical_alert() -> None:
     for alert in failed:
         assert alert["severity"] == "critical"
         assert (alert["details"]["rsp"], alert["details"]["subcode"]) == (131, 12)
-        assert "DBID/FNR definition not found" in alert["message"]
+        assert "definition has no file with the DBID/FNR" in alert["message"]
     erro = [s for s in h.tables["status_events"] if s["st"] == "ERRO"]
     assert erro and all(s["subscription"] == "COLOR" for s in erro), "routed by its name"
     resent = {t for q in inst_requests(h) for t in q.tsnrs}

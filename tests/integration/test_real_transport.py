@@ -28,7 +28,7 @@ def test_redelivered_batches_land_nothing_twice_and_ask_for_nothing() -> None:
     config = sim_config("mixed").model_copy(update={"redelivery_max_messages": 400})
     rep, out, sent = simulate(config, 300, seed=8, faults=FaultPlan(counts={"redeliver": 4}))
     _, clean, _ = simulate(config, 300, seed=8)
-    assert len(out) > len(clean) + 100, "the redeliveries must repeat many messages"
+    assert len(out) > len(clean) + 30, "the redeliveries must repeat messages"
     h = run_harness(rep, out, cuts=[50] * 8)
     got = assert_matches_truth(h, sent)
     assert set(got) == set(truth_keys(sent))

@@ -159,7 +159,7 @@ def test_erro_fails_the_request_with_a_critical_alert_naming_the_subcode() -> No
     [change] = h.of(InitialStateChanged, events)
     assert (change.request_id, change.state, change.rsp, change.subcode) == (
         "job:1", "failed", 131, 12)
-    assert "DBID/FNR definition not found" in change.reason
+    assert "definition has no file with the DBID/FNR" in change.reason
     [alert] = events_to_rows(events, h.now)["alerts"]
     assert (alert["kind"], alert["severity"]) == ("initial_state_failed", "critical")
 

@@ -73,9 +73,12 @@ class Batch:
 
 
 def _settings(base: Settings, lake: Path) -> Settings:
+    """The hand-made rows here stamp GFFT and commit times on a TOD clock set to UTC."""
     layout = Layout(subscription="COLOR", dbid=10006, fnr=4, columns=COLUMNS, history=True)
-    return base.model_copy(update={"layouts": [layout], "stream": base.stream.model_copy(
-        update={"lake_dir": str(lake)})})
+    utc = base.replicator.model_copy(update={"tod_leap_seconds": 0, "tod_utc_offset": "+00:00"})
+    return base.model_copy(update={"layouts": [layout], "replicator": utc,
+                                   "stream": base.stream.model_copy(
+                                       update={"lake_dir": str(lake)})})
 
 
 def _land(spark, settings: Settings, batch: Batch, batch_id: int) -> dict[str, int]:
