@@ -244,6 +244,17 @@ def inst(
     definition for the request, the initial-state request must contain a URBI for each
     file", every URBI naming the same definition (else 131/11) and token (else 131/18) —
     both given once here, so they cannot differ.
+
+    Refused here, since the replicator would refuse them too: no file, a file twice, and
+    files selected in different manners. Seed 000 makes the manner the definition's: "If the
+    initial-state definition indicates that an ISN list should be used ..., the
+    initial-state request must include an ISNLIST", and URBILEND is zero where "all records
+    in the file are selected by the initial-state definition"; the answers 131/15 (URBILEND
+    not zero for a whole-file definition) and 131/19 (zero for one with selection) are about
+    the definition's kind too. One message names one definition, so a whole-file URBI next
+    to one with data earns 15 or 19 whatever the definition is, and an ISN list next to
+    selection data is wrong for one of them. A file of an ISN-list definition with nothing
+    to refresh therefore takes :data:`EMPTY_ISN_SELECTION`, not a whole-file URBI.
     """
     if not inam:
         raise ValueError("INST needs the initial-state name (URBIINAM)")
@@ -252,8 +263,19 @@ def inst(
     seen = [(f.dbid, f.fnr) for f in files]
     if len(set(seen)) != len(seen):
         raise ValueError(f"INST names a file twice: {seen}")
+    manners = {f"{f.dbid}/{f.fnr}": _manner(f) for f in files}
+    if len(set(manners.values())) > 1:
+        raise ValueError("INST mixes selection manners in one message (the definition has "
+                         f"one): {manners}")
     urbis = [_inst_urbi(inam, f, rnam, rtok, form) for f in files]
     return _message_of(urbis, form)
+
+
+def _manner(f: FileSelection) -> str:
+    """How a URBI selects its file's records: seed 000's three manners."""
+    if f.isns is not None:
+        return "ISN list"
+    return "whole file" if f.selection is None else "selection data"
 
 
 def _inst_urbi(inam: str, f: FileSelection, rnam: str, rtok: str, form: Form) -> Element:

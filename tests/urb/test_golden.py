@@ -544,3 +544,19 @@ def test_the_empty_selection_selects_nothing_and_follows_the_isn_list_rules() ->
         rq.inst("I", [rq.FileSelection(1, 2), rq.FileSelection(1, 2)])
     with pytest.raises(ValueError, match="at least one"):
         rq.inst("I", [])
+
+
+@pytest.mark.parametrize("second", [
+    rq.FileSelection(10006, 10),  # whole file next to an ISN list: 131/15 or 19
+    rq.FileSelection(10006, 10, selection="2001"),  # selection data next to an ISN list
+])
+def test_one_message_selects_its_files_in_one_manner(second: rq.FileSelection) -> None:
+    """The selection manner is the definition's (seed 000), so a message for one definition
+    mixing manners is refused; the same files in one manner are fine."""
+    first = rq.FileSelection(10006, 9, isns=[1])
+    with pytest.raises(ValueError, match="mixes selection manners"):
+        rq.inst("IEMPL", [first, second])
+    with pytest.raises(ValueError, match="mixes selection manners"):
+        rq.inst("IEMPL", [second, first])
+    same = rq.FileSelection(10006, 10, isns=rq.EMPTY_ISN_SELECTION)
+    assert len(decode_message(rq.inst("IEMPL", [first, same])).elements) == 2
