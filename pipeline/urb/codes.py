@@ -7,19 +7,24 @@ buffer" rather than "131/35".
 Sources of the response-131 (Event Replicator) subcode texts, each written here in our own
 words:
 
-- Software AG's adapya-era 1.3.0 (Apache-2.0; PyPI ``adapya-era`` 1.3.0, GitHub
-  SoftwareAG/adapya-era ``adapya/era/urb.py`` at commit 83208f51,
-  ``texts_reptor_subcodes``): the complete table 1-112, maintained by a Software AG
-  developer next to the URB DSECT maps. It marks 29 as unused.
-- Seed 000 (the replicator's request/reply reference): the meaning of 12, 16, 19, 34, 35,
-  37 and 39-43 in the context of initial-state and prior-transaction requests, that the
-  resend buffer is circular (newer transactions overwrite older ones), and that 34, 35, 37
-  and 39-43 go to the request's destination as well.
+- Software AG's adapya-era (Apache-2.0), ``adapya/era/urb.py``, tuple
+  ``texts_reptor_subcodes``: the complete table 1-112, kept by a Software AG developer next
+  to the URB DSECT maps. Read in the PyPI release 1.3.0 installed in ``.venv`` and in the
+  GitHub repository SoftwareAG/adapya-era, where the table is the same in every version of
+  the file (1.0.1 at commit 83208f5, 1.0.2 at 461851f, 1.3.0 at a5d1d57; the repository's
+  newest commit, f877e85 of 2023-12-27, leaves it unchanged). It marks 29 as unused.
+- Seed 000 (the replicator's request/reply reference): 12 in its INST/ERRO example, 16 for
+  an ISN list that breaks its rules, 34, 35, 37 and 39-43 as the prior-transaction errors
+  also sent to the request's destination, and that the resend buffer is circular (newer
+  transactions overwrite older ones).
 - Software AG, "Adabas Response Codes", Response 131 (e.g.
   https://documentation.softwareag.com/adabas/ada852mfr/dbacard/nucresp.htm, Adabas
-  8.5.2): the same subcodes are listed there; only the pages' beginnings could be read
-  from here, so no text below is taken from them and no difference to adapya-era could
-  be checked.
+  8.5.2) and "Event Replicator for Adabas Messages and Codes" (4.1.1,
+  https://documentation.softwareag.com/adabas/ark411/arf/pdf/messages.pdf) are the
+  vendor's own references, but the stored copies searchable from here hold only the pages'
+  beginnings (their tables of contents), so no text below is taken from them and no
+  difference to adapya-era could be checked. Should a manual word a subcode differently,
+  the manual wins.
 
 Unknown: subcode 29 (unused in every source) and any subcode above 112 (newer replicator
 versions may define more); :func:`describe_subcode` says "unknown subcode N" for them rather
