@@ -1,12 +1,19 @@
 """Ordering is checked, never assumed: every topic the job reads must have one partition.
 
-The replicator numbers a destination's messages (URBHMSNR) and sends a transaction's messages
-one after the other; Kafka keeps order only within a partition, and an MQ source connector
-writes no key (or the MQ message id), so on a topic with several partitions a destination's
-messages are spread over them and read back in another order. Measured before this check:
-with three partitions 1 of 40 transactions landed and ~160 TRAN requests went out, silently.
+Why: the replicator numbers the messages it sends to a destination (URBHMSNR, "the sequence of
+messages sent to a destination": seed 001, output message summary 1.5) and sends a
+transaction's messages one after the other. Kafka keeps order only within a partition, and an
+MQ source connector does not keep a destination's messages in one: the IBM MQ source connector
+writes no key unless ``mq.record.builder.key.header`` is set, and then the JMS message id, a
+different key per message (ibm-messaging/kafka-connect-mq-source, BaseRecordBuilder.getKey).
+So on a topic with several partitions a destination's messages are spread over them and read
+back in another order. Measured before this check: with three partitions 1 of 40 transactions
+landed and ~160 TRAN requests went out, and nothing said why.
+
 The job reads each source topic's partition count from the cluster's metadata at start and
-refuses to run (exit 2, one line) when one has more; ``urbpipe status`` shows the counts.
+refuses to run (exit 2, one line) when one has more; a topic that does not exist yet is only
+a warning (it may be created later, and is checked at the next start). ``urbpipe status``
+shows the counts and reports a topic with several partitions as a problem.
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ class KafkaOutOfReach(RuntimeError):
 def source_partitions(settings: Settings, counts: Mapping[str, int]) -> dict[str, int | None]:
     """Partition count of every topic the job reads (None: the topic does not exist yet),
     given the cluster's counts by topic. With ``topics.output_pattern`` the topics it
-    matches now, plus the reply and control topics."""
+    matches now (Kafka's pattern subscription matches the whole name), plus the configured
+    output, reply and control topics."""
     topics = list(settings.source_topics())
     pattern = settings.topics.output_pattern
     if pattern:
@@ -42,7 +50,7 @@ def source_partitions(settings: Settings, counts: Mapping[str, int]) -> dict[str
 
 
 def problem(partitions: Mapping[str, int | None]) -> str | None:
-    """The one-line refusal for topics with more than one partition, or None."""
+    """The one-line refusal naming every topic with more than one partition, or None."""
     bad = {t: n for t, n in partitions.items() if n is not None and n > 1}
     if not bad:
         return None
@@ -52,27 +60,44 @@ def problem(partitions: Mapping[str, int | None]) -> str | None:
             "reaches Kafka)")
 
 
-def cluster_partitions(settings: Settings, timeout_s: float = 30.0) -> dict[str, int]:
-    """Partition count of every topic in the cluster (confluent-kafka admin metadata)."""
-    from confluent_kafka import KafkaException
+def partition_counts(metadata: Any) -> dict[str, int]:
+    """Topic → partition count from a confluent-kafka ``ClusterMetadata``; a topic the
+    metadata reports with an error and no partitions (being deleted, not authorised) is left
+    out, so it counts as not existing."""
+    return {name: len(t.partitions) for name, t in metadata.topics.items()
+            if t.partitions or t.error is None}
+
+
+def _admin(settings: Settings) -> Any:
     from confluent_kafka.admin import AdminClient
 
-    admin: Any = AdminClient(settings.kafka.confluent())
+    quiet = logging.getLogger("urbpipe.kafka.admin")
+    quiet.setLevel(logging.CRITICAL)  # librdkafka's connect errors: the one line says it
+    return AdminClient(settings.kafka.confluent(), logger=quiet)
+
+
+def cluster_partitions(settings: Settings, timeout_s: float = 30.0,
+                       admin: Any = None) -> dict[str, int]:
+    """Partition count of every topic in the cluster (``AdminClient.list_topics``)."""
+    from confluent_kafka import KafkaException
+
     try:
-        metadata = admin.list_topics(timeout=timeout_s)
+        metadata = (admin or _admin(settings)).list_topics(timeout=timeout_s)
     except KafkaException as exc:
         raise KafkaOutOfReach(
             f"cannot reach Kafka at {settings.kafka.bootstrap_servers} within {timeout_s:g} s: "
             f"{exc.args[0] if exc.args else exc}") from None
-    return {name: len(t.partitions) for name, t in metadata.topics.items()}
+    return partition_counts(metadata)
 
 
-def check_source_topics(settings: Settings, timeout_s: float = 30.0) -> dict[str, int | None]:
+def check_source_topics(settings: Settings, timeout_s: float = 30.0,
+                        admin: Any = None) -> dict[str, int | None]:
     """At start: raise TopicCheckError when a source topic has several partitions; a topic
-    that does not exist yet is only a warning (it may be created later)."""
-    partitions = source_partitions(settings, cluster_partitions(settings, timeout_s))
+    that does not exist yet is only a warning. Returns the counts (None: missing)."""
+    partitions = source_partitions(settings, cluster_partitions(settings, timeout_s, admin))
     for topic in (t for t, n in partitions.items() if n is None):
-        log.warning("source topic %s does not exist yet", topic)
+        log.warning("source topic %s does not exist yet: its partitions are not checked",
+                    topic)
     text = problem(partitions)
     if text is not None:
         raise TopicCheckError(text)
