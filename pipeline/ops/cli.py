@@ -107,6 +107,10 @@ def cmd_request(args: argparse.Namespace, settings: Settings) -> int:
         print(f"error: no reply to {request.rt} token {token} on {topic} within "
               f"{args.timeout:g}s", file=sys.stderr)
         return errors.PROBLEMS
+    problem = rc.unfinished(request, replies)
+    if problem:
+        print(f"error: {problem} within {args.timeout:g}s", file=sys.stderr)
+        return errors.PROBLEMS
     return errors.PROBLEMS if any(r.is_error for r in replies) else errors.OK
 
 
@@ -238,6 +242,36 @@ def _json_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable JSON output")
 
 
+INST_DESCRIPTION = """\
+Initial-state request: ONE message with a URBI per file of the initial-state definition, all
+naming the definition and the token (seed 000: the replicator wants a URBI for each file of
+the definition, with the same definition name and token).
+
+The definition's files come from conf: the subscription whose initial_state is NAME gives
+its dbid and files. --file options list them instead, all of them (conf's are then not
+used), in database DBID, else in conf's; DBID FNR, when given, is one of them.
+No ISNs anywhere: every file is asked for whole. ISNs (--isns for the file DBID FNR, or
+--file FNR:ISNS): an ISN-list request, where each file without ISNs gets the empty selection
+(the range X'FFFFFFFE'-X'FFFFFFFE', which selects nothing). --selection: selection data, for
+a definition of one file.
+
+The command waits for INST/CMPL of every file, or an INST/ERRO. A file whose INIT came but
+whose CMPL did not within --timeout is a problem (exit 1): its processing may still run.
+Should the replicator answer the request as a whole, the wait ends --settle seconds after
+the last CMPL once no file is known to be running.
+
+examples:
+  urbpipe request inst ICOLOR                      every file of ICOLOR (conf), whole
+  urbpipe request inst IEMPL 10006 9 --isns 1,5-9  ISNs 1 and 5-9 of file 9; nothing of
+                                                   the definition's other files (conf)
+  urbpipe request inst IEMPL 10006 9 --file 10:3 --file 11
+                                                   files 9, 10, 11 of database 10006:
+                                                   ISN 3 of file 10, nothing of 9 and 11
+  urbpipe request inst IEMPLAA 10006 9 --selection 2001100020011100
+                                                   selection data for its one file
+"""
+
+
 def _request_parsers(subs: Any) -> None:
     req = subs.add_parser(
         "request", help="send TRAN/STAT/INST/OPND/CLSD to the replicator and wait for the reply",
@@ -262,7 +296,9 @@ def _request_parsers(subs: Any) -> None:
     common.add_argument("--timeout", type=float, default=30.0,
                         help="seconds to wait for the reply (default 30)")
     common.add_argument("--settle", type=float, default=2.0,
-                        help="STAT: seconds to wait for more SUBS after the last (default 2)")
+                        help="STAT: seconds to wait for more SUBS after the last; INST: "
+                             "for the other files' replies after a CMPL, once no file is "
+                             "known to be running (default 2)")
     _json_option(common)
 
     def kind(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -280,13 +316,19 @@ def _request_parsers(subs: Any) -> None:
     p = kind("stat", "status request for a subscription, a destination or the pair")
     p.add_argument("--subscription", help="subscription name (URBISNAM)")
     p.add_argument("--destination", help="destination name (URBIDNAM)")
-    p = kind("inst", "initial-state request for one file of an initial-state definition")
+    p = kind("inst", "initial-state request: one message, a URBI per file of the definition")
+    p.description = INST_DESCRIPTION
     p.add_argument("name", help="initial-state definition name (URBIINAM)")
-    p.add_argument("dbid", type=int, help="database id")
-    p.add_argument("fnr", type=int, help="file number")
+    p.add_argument("dbid", type=int, nargs="?", help="database id of the file --isns or "
+                                                     "--selection are for")
+    p.add_argument("fnr", type=int, nargs="?", help="that file's number")
+    p.add_argument("--file", dest="files", action="append", metavar="FNR[:ISNS]",
+                   help="a file of the definition, with its ISNs (repeatable; default: the "
+                        "files conf gives the definition)")
     sel = p.add_mutually_exclusive_group()
-    sel.add_argument("--isns", help="ISN list, e.g. 1,5-9,12 (default: the whole file)")
-    sel.add_argument("--selection", help="selection data as text")
+    sel.add_argument("--isns", help="ISN list of the file DBID FNR, e.g. 1,5-9,12 "
+                                    "(default: every file whole)")
+    sel.add_argument("--selection", help="selection data as text (a definition of one file)")
     kind("open", "open a destination (OPND)").add_argument("destination")
     kind("close", "close a destination (CLSD)").add_argument("destination")
 
