@@ -24,8 +24,10 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from pipeline.config import ConfigError, Settings, load_settings
+from pipeline.ops.topic_check import partition_counts, problem, source_partitions
 
 JARS_DIR = ".jars/kafka"
 START_TIMEOUT_S = 90.0
@@ -167,45 +169,71 @@ def wait_until_ready(settings: Settings, timeout_s: float = START_TIMEOUT_S, *,
 def create_topics(settings: Settings, fix_partitions: bool = False) -> list[str]:
     """Create the topics named in conf (idempotent). Returns the ones newly created.
 
-    The topics the job reads get one partition (pipeline/ops/topic_check.py says why), the
-    others ``local_broker.partitions``. ``fix_partitions`` (the project's own broker only):
-    a source topic made with several partitions by an older version is made again."""
-    from confluent_kafka.admin import NewTopic
-
+    The topics the job reads (outputs, replies, control) get one partition: the job refuses
+    any with more (pipeline/ops/topic_check.py says why); requests and alerts get
+    ``local_broker.partitions``. ``fix_partitions`` (the project's own broker and the demo's
+    reset only: their topics hold nothing worth keeping): a source topic an older version made
+    with several partitions is deleted and made again with one."""
     admin = _admin(settings)
-    lb = settings.kafka.local_broker
     sources = set(settings.source_topics())
-    topics = admin.list_topics(timeout=10).topics
-    if fix_partitions:
-        stale = [t for t in sources if t in topics and len(topics[t].partitions) > 1]
-        for fut in admin.delete_topics(stale).values() if stale else ():
+    counts = partition_counts(admin.list_topics(timeout=10))
+    stale = sorted(t for t in sources if (counts.get(t) or 0) > 1) if fix_partitions else []
+    if stale:
+        print(f"  recreating {', '.join(stale)} with one partition (an older version made "
+              "them with more)", file=sys.stderr)
+        for fut in admin.delete_topics(stale, operation_timeout=30).values():
             fut.result(timeout=30)
-        if stale:
-            print(f"  recreating {', '.join(stale)} with one partition", file=sys.stderr)
-            time.sleep(2)  # deletion is asynchronous in KRaft
-            topics = admin.list_topics(timeout=10).topics
-    wanted = [t for t in settings.topics.all_created() if t not in topics]
-    if not wanted:
-        return []
-    config = {"max.message.bytes": str(lb.max_message_bytes)}
-    futures = admin.create_topics(
-        [NewTopic(t, num_partitions=1 if t in sources else lb.partitions,
-                  replication_factor=1, config=config)
-         for t in wanted])
-    for topic, fut in futures.items():
-        try:
-            fut.result(timeout=30)
-        except Exception as exc:
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise BrokerError(f"cannot create topic {topic}: {exc}") from None
+    wanted = [t for t in settings.topics.all_created() if t not in counts or t in stale]
+    _create(settings, admin, wanted, remade=set(stale))
     return wanted
 
 
+def _create(settings: Settings, admin: Any, topics: list[str], remade: set[str],
+            timeout_s: float = 30.0) -> None:
+    """Create ``topics``; one that exists already is fine, unless it is one just deleted
+    (``remade``): its deletion may not have settled yet, so ask again until it is made."""
+    from confluent_kafka.admin import NewTopic
+
+    lb = settings.kafka.local_broker
+    sources = set(settings.source_topics())
+    config = {"max.message.bytes": str(lb.max_message_bytes)}
+    deadline = time.monotonic() + timeout_s
+    pending = list(topics)
+    while pending:
+        futures = admin.create_topics(
+            [NewTopic(t, num_partitions=1 if t in sources else lb.partitions,
+                      replication_factor=1, config=config) for t in pending])
+        pending = []
+        for topic, fut in futures.items():
+            try:
+                fut.result(timeout=30)
+            except Exception as exc:
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise BrokerError(f"cannot create topic {topic}: {exc}") from None
+                if topic in remade:
+                    pending.append(topic)
+        if pending:  # made again meanwhile (another start): fine once it has one partition
+            now = partition_counts(admin.list_topics(timeout=10))
+            pending = [t for t in pending if now.get(t) != 1]
+        if pending and time.monotonic() > deadline:
+            raise BrokerError(
+                f"could not make {', '.join(pending)} again with one partition within "
+                f"{timeout_s:g} s; stop the broker, delete {_home(settings)} and run "
+                "`python -m pipeline.ops.broker start` again")
+        if pending:
+            time.sleep(0.5)
+
+
 def ensure_topics(settings: Settings) -> str:
-    """Wait for the configured cluster and create the configured topics (no local broker)."""
+    """Wait for the configured cluster and create the configured topics (no local broker).
+    A source topic there with several partitions is never deleted (it may hold data the
+    replicator cannot send again): the status line says what is wrong."""
     wait_until_ready(settings, check_process=False)
     created = create_topics(settings)
-    return f"topics created: {', '.join(created) or 'none (all existed)'}"
+    line = f"topics created: {', '.join(created) or 'none (all existed)'}"
+    wrong = problem(source_partitions(settings, partition_counts(
+        _admin(settings).list_topics(timeout=10))))
+    return f"{line}\nwarning: {wrong}" if wrong else line
 
 
 def start(settings: Settings) -> str:
