@@ -55,16 +55,15 @@ def _print_json(value: Any) -> None:
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.ops.kafka_offsets import end_offsets
     from pipeline.ops.lake import Lake
-    from pipeline.ops.status import build_report, format_report
+    from pipeline.ops.status import build_report, format_report, source_end_offsets
 
     lake = Lake(settings)
     lake.require()
     ends, broker_error = None, None
     if not args.no_kafka:
         try:
-            ends = end_offsets(settings, settings.source_topics(), timeout=args.kafka_timeout)
+            ends = source_end_offsets(settings, timeout=args.kafka_timeout)
         except BrokerUnreachable as exc:
             broker_error = str(exc)
     metrics = args.metrics_file or settings.location(".run/metrics.jsonl")
@@ -347,10 +346,12 @@ def build_parser() -> argparse.ArgumentParser:
              "Per (destination, subscription): newest epoch and landed tsnr, open gaps and "
              "their states, Kafka lag in messages (topic end offsets vs. the newest completed "
              "batch in the query checkpoint) and in seconds (now - newest landed commit time), "
-             "the last status event; and the state size from the job's metrics file. Reads "
-             "Delta without Spark.", cmd_status)
+             "the last status event; the partition count of every topic the job reads (more "
+             "than one is a problem: the job refuses to start); and the state size from the "
+             "job's metrics file. Reads Delta without Spark.", cmd_status)
     _json_option(p)
-    p.add_argument("--no-kafka", action="store_true", help="do not ask the broker (lag unknown)")
+    p.add_argument("--no-kafka", action="store_true",
+                   help="do not ask the broker (lag and partition counts unknown)")
     p.add_argument("--kafka-timeout", type=float, default=5.0,
                    help="seconds to wait for the broker (default 5)")
     p.add_argument("--metrics-file", help="the job's metrics JSON lines "

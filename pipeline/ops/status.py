@@ -23,10 +23,16 @@ import pyarrow.compute as pc
 
 from pipeline.config import Settings
 from pipeline.ops.checkpoint import processed_offsets
+from pipeline.ops.errors import BrokerUnreachable
 from pipeline.ops.gaps_cmd import Gap, load_gaps
 from pipeline.ops.lake import Lake
 from pipeline.ops.metrics import read_last_record
-from pipeline.ops.topic_check import problem, source_partitions
+from pipeline.ops.topic_check import (
+    KafkaOutOfReach,
+    cluster_partitions,
+    problem,
+    source_partitions,
+)
 from pipeline.urb.codes import describe_status, describe_subcode
 
 _TX_COLUMNS = ["destination", "subscription", "epoch", "tsnr", "commit_time", "sent_time",
@@ -80,6 +86,11 @@ class StatusReport:
     # partitions per source topic, and the refusal the job starts with when one has several
     topic_partitions: dict[str, int | None] = field(default_factory=dict)
     topic_problem: str | None = None
+
+    @property
+    def scrambling_topics(self) -> list[str]:
+        """Source topics with several partitions: each is one problem."""
+        return [t for t, n in self.topic_partitions.items() if n is not None and n > 1]
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -145,9 +156,23 @@ def _describe_status(row: dict[str, Any]) -> dict[str, Any]:
             "meaning": describe_status(rt, st), "error": describe_subcode(rsp, subc) or None}
 
 
+def source_end_offsets(settings: Settings, timeout: float) -> dict[str, dict[int, int]]:
+    """End offsets of every topic the job reads (the partitions of each, for the ordering
+    check too); with ``topics.output_pattern`` the topics it matches now."""
+    from pipeline.ops.kafka_offsets import end_offsets
+
+    topics = settings.source_topics()
+    if settings.topics.output_pattern:
+        try:
+            topics = list(source_partitions(settings, cluster_partitions(settings, timeout)))
+        except KafkaOutOfReach as exc:
+            raise BrokerUnreachable(str(exc)) from None
+    return end_offsets(settings, topics, timeout=timeout)
+
+
 def partition_lags(settings: Settings, end: dict[str, dict[int, int]] | None,
                    processed: dict[str, dict[int, int]]) -> list[PartitionLag]:
-    topics = list(dict.fromkeys([*settings.source_topics(), *processed]))
+    topics = list(dict.fromkeys([*settings.source_topics(), *(end or {}), *processed]))
     out = []
     for topic in topics:
         parts = sorted(set((end or {}).get(topic, {})) | set(processed.get(topic, {})))
@@ -188,9 +213,10 @@ def build_report(settings: Settings, lake: Lake, *, end_offsets: dict | None,
     counts = source_partitions(settings, {t: len(p) for t, p in (end_offsets or {}).items()
                                           if p}) if end_offsets is not None else {}
     topic_problem = problem(counts)
+    scrambling = sum(1 for n in counts.values() if n is not None and n > 1)
     return StatusReport(out, parts, checkpoint.batch_id if checkpoint else None,
                         _state(read_last_record(metrics_path)),
-                        sum(1 for g in gaps if g.is_problem) + bool(topic_problem),
+                        sum(1 for g in gaps if g.is_problem) + scrambling,
                         broker_error, now, counts, topic_problem)
 
 
@@ -263,9 +289,9 @@ def format_report(report: StatusReport) -> str:
                      f"(batch {st.get('batch_id')})")
     else:
         lines.append("state: unknown (no metrics file)")
-    gap_problems = report.problems - bool(report.topic_problem)
-    lines.append(f"problems: {report.problems} ({gap_problems} gap(s) open or unacknowledged"
-                 f"{', a topic with several partitions' if report.topic_problem else ''})"
-                 if report.problems else "problems: none")
+    topics = len(report.scrambling_topics)
+    several = f", {topics} topic(s) with several partitions" if topics else ""
+    lines.append(f"problems: {report.problems} ({report.problems - topics} gap(s) open or "
+                 f"unacknowledged{several})" if report.problems else "problems: none")
     return "\n".join(lines)
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import Settings
+from pipeline.config import Kafka, Settings, Topics
 from pipeline.ops.cli import main
+from pipeline.ops.errors import BrokerUnreachable
 from pipeline.ops.lake import Lake
-from pipeline.ops.status import build_report, format_report
+from pipeline.ops.status import build_report, format_report, source_end_offsets
 from tests.ops.conftest import WriteTable, at, gap_row, transaction
 from tests.ops.test_lake_checkpoint import write_checkpoint
 
@@ -105,3 +106,81 @@ def test_bad_conf_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert main(["status", "--conf-file", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "shuffle_partitions" in err and err.count("\n") == 1
+
+
+# -- partition counts of the topics the job reads (ordering is checked, never assumed) ---------
+
+@pytest.fixture
+def clean_lake(write_table: WriteTable) -> None:
+    """Landed transactions and a filled gap: nothing for an operator to look at."""
+    write_table("transactions", [transaction("COLOR", 1), transaction("COLOR", 2)])
+    write_table("gaps", [gap_row("COLOR", 2, "filled", 4)])
+
+
+def _cluster(monkeypatch: pytest.MonkeyPatch, ends: dict[str, dict[int, int]]) -> None:
+    monkeypatch.setattr("pipeline.ops.status.source_end_offsets",
+                        lambda _settings, timeout: ends)
+
+
+@pytest.mark.usefixtures("clean_lake")
+def test_status_exits_0_when_every_source_topic_has_one_partition(
+        conf_file: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _cluster(monkeypatch, {"urb.out1": {0: 2}, "urb.replies": {0: 0}, "urb.control": {0: 0}})
+    assert main(["status", "--conf-file", str(conf_file)]) == 0
+    out = capsys.readouterr().out
+    assert "topics: urb.out1 1 partition, urb.replies 1 partition, urb.control 1 partition" in out
+    assert "PROBLEM" not in out and "problems: none" in out
+
+
+@pytest.mark.usefixtures("clean_lake")
+def test_a_topic_with_three_partitions_alone_makes_status_exit_1(
+        conf_file: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _cluster(monkeypatch, {"urb.out1": {0: 1, 1: 0, 2: 1}, "urb.replies": {0: 0},
+                           "urb.control": {}})
+    assert main(["status", "--conf-file", str(conf_file)]) == 1
+    out = capsys.readouterr().out
+    assert "topics: urb.out1 3 partitions, urb.replies 1 partition, urb.control missing" in out
+    assert "    PROBLEM: topic urb.out1 has 3 partitions: " in out
+    assert "problems: 1 (0 gap(s) open or unacknowledged, 1 topic(s) with several " \
+           "partitions)" in out
+    assert main(["status", "--conf-file", str(conf_file), "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["problems"] == 1
+    assert data["topic_partitions"] == {"urb.out1": 3, "urb.replies": 1, "urb.control": None}
+    assert data["topic_problem"].startswith("topic urb.out1 has 3 partitions: ")
+
+
+@pytest.mark.usefixtures("clean_lake")
+def test_each_topic_with_several_partitions_is_one_problem(
+        conf_file: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _cluster(monkeypatch, {"urb.out1": {0: 1, 1: 0}, "urb.replies": {0: 0, 1: 0, 2: 0},
+                           "urb.control": {0: 0}})
+    assert main(["status", "--conf-file", str(conf_file), "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["problems"] == 2
+    assert data["topic_problem"].startswith(
+        "topic urb.out1 has 2 partitions, topic urb.replies has 3 partitions: ")
+
+
+def test_with_a_pattern_status_asks_for_the_topics_it_matches_now(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings(topics=Topics(outputs={}, output_pattern=r"urb\.out\d",
+                                      pattern_destination="OUT1"))
+    asked: list[list[str]] = []
+    monkeypatch.setattr("pipeline.ops.status.cluster_partitions", lambda _s, _t: {
+        "urb.out1": 1, "urb.out2": 3, "urb.requests": 4, "urb.replies": 1})
+    monkeypatch.setattr("pipeline.ops.kafka_offsets.end_offsets",
+                        lambda _s, topics, timeout: asked.append(list(topics)) or {})
+    source_end_offsets(settings, timeout=1)
+    assert asked == [["urb.out1", "urb.out2", "urb.replies", "urb.control"]]
+
+
+def test_with_a_pattern_and_no_broker_status_reports_it_unreachable() -> None:
+    settings = Settings(kafka=Kafka(bootstrap_servers="127.0.0.1:1"),
+                        topics=Topics(outputs={}, output_pattern=r"urb\.out\d",
+                                      pattern_destination="OUT1"))
+    with pytest.raises(BrokerUnreachable, match=r"^cannot reach Kafka at 127\.0\.0\.1:1"):
+        source_end_offsets(settings, timeout=1)
