@@ -36,6 +36,7 @@ def test_start_stream_reconciles_right_after_ensure_tables(monkeypatch, test_set
 
 
 def test_a_layout_conflict_at_start_exits_with_code_2(monkeypatch, capsys) -> None:
+    from pipeline.ops import topic_check
     from pipeline.spark import session
 
     line = "layouts COLOR/10006/4: the format buffer now reads AB as string, but ..."
@@ -43,6 +44,7 @@ def test_a_layout_conflict_at_start_exits_with_code_2(monkeypatch, capsys) -> No
     def refuse(spark, settings, **_kw):
         raise LayoutConflict(line)
 
+    monkeypatch.setattr(topic_check, "check_source_topics", lambda settings: None)
     monkeypatch.setattr(session, "build_session", lambda settings: object())
     monkeypatch.setattr(query, "start_stream", refuse)
     spec = importlib.util.spec_from_file_location("stream_job", ROOT / "jobs" / "stream.py")
