@@ -296,6 +296,14 @@ class Stream(_Model):
         return value
 
 
+#: Spark/Hadoop keys that hold an object store's secret (also per bucket,
+#: ``fs.s3a.bucket.<b>.secret.key``): a conf file is copied, committed and shown, a secret never
+#: belongs in one, so these are refused (give them through the environment).
+_SECRET_CONF = re.compile(
+    r"^(spark\.hadoop\.)?fs\.s3a\.(bucket\.[^.]+\.)?(access\.key|secret\.key|session\.token)$"
+    r"|^(spark\.hadoop\.)?fs\.azure\.account\.key(\..+)?$")
+
+
 class SparkSettings(_Model):
     """The Spark session: master, memory, extra conf, and where the JVM jars were resolved."""
 
@@ -305,6 +313,77 @@ class SparkSettings(_Model):
     jars_dir: str = ".jars/spark"
     log_level: Literal["ERROR", "WARN", "INFO", "DEBUG"] = "WARN"
     conf: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("conf")
+    @classmethod
+    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        secret = sorted(k for k in value if _SECRET_CONF.match(k))
+        if secret:
+            raise ValueError(f"{', '.join(secret)}: credentials never come from the conf file; "
+                             "set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (and "
+                             "AWS_SESSION_TOKEN) in the environment of the driver and executors")
+        return value
+
+
+#: URI schemes served by the S3A connector (``object_store``); the job maps them to the
+#: s3 file system of pyarrow, which does not know the name ``s3a``.
+OBJECT_STORE_SCHEMES = ("s3a",)
+
+
+class ObjectStore(_Model):
+    """The S3-compatible store behind ``s3a://`` lake and checkpoint locations: where it is and
+    how it is addressed, never who the job is (credentials come from the environment only).
+
+    Used by Spark's S3A connector (``fs.s3a.*``, ``pipeline.objectstore.spark_conf``) and by
+    the direct writer's pyarrow S3 file system in the Python workers, so both reach the same
+    store the same way. ``endpoint`` None: ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` from
+    the environment, else AWS itself. ``checkpoint_manager``: how Spark writes checkpoint
+    files there (conf/README.md, "object_store").
+    """
+
+    endpoint: str | None = None
+    region: str | None = None
+    path_style_access: bool = False
+    credentials: Literal["environment", "default"] = "environment"
+    checkpoint_manager: Literal["abortable", "rename"] = "abortable"
+    jars_dir: str = ".jars/s3"
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None:
+            endpoint_url(value)
+        return value
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^[a-z0-9-]{2,32}$", value):
+            raise ValueError("must be a region name such as eu-central-1")
+        return value
+
+
+def endpoint_url(value: str) -> str:
+    """An object-store endpoint as ``http(s)://host[:port]``; ValueError naming what is wrong.
+    User info is refused: a key in the URL would be a secret in the conf file."""
+    from urllib.parse import urlsplit
+
+    try:
+        url = urlsplit(value)
+        port = url.port
+    except ValueError:
+        raise ValueError(f"endpoint {value!r} is not a URL") from None
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ValueError(f"endpoint {value!r} must look like https://host[:port] "
+                         "(http:// for a store without TLS)")
+    if url.username or url.password:
+        raise ValueError("endpoint must not carry credentials: give them through the "
+                         "environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)")
+    if url.path.strip("/") or url.query or url.fragment:
+        raise ValueError(f"endpoint {value!r} must name the server only, no path: the bucket "
+                         "is part of the s3a:// location")
+    host = f"[{url.hostname}]" if ":" in url.hostname else url.hostname
+    return f"{url.scheme}://{host}" + (f":{port}" if port else "")
 
 
 #: Columns every typed change/current-state row carries; a layout's columns must not reuse them.
@@ -399,6 +478,7 @@ class Settings(_Model):
     stream: Stream = Stream()
     spark: SparkSettings = SparkSettings()
     layouts: list[Layout] = Field(default_factory=list)
+    object_store: ObjectStore = ObjectStore()
     base_dir: str = "."
 
     @model_validator(mode="after")
@@ -433,6 +513,14 @@ class Settings(_Model):
             return value
         p = Path(value)
         return str(p if p.is_absolute() else (Path(self.base_dir) / p).resolve())
+
+    def on_object_store(self) -> bool:
+        """Is the lake or the checkpoint on an ``s3a://`` store (``object_store``)? Then Spark
+        needs hadoop-aws and the fs.s3a settings."""
+        from urllib.parse import urlparse
+
+        return any(urlparse(self.location(v)).scheme in OBJECT_STORE_SCHEMES
+                   for v in (self.stream.lake_dir, self.stream.checkpoint_dir))
 
     def destination_of(self, topic: str) -> str:
         """The replicator destination a topic the job reads carries."""

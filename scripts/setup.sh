@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up on a fresh machine: Python venv with the pinned packages, and the JVM jars
-# (Spark Kafka connector + Delta, and the Kafka broker) resolved by Maven from jvm/*/pom.xml.
+# (Spark Kafka connector + Delta, hadoop-aws + the AWS SDK for s3a:// lakes, and the Kafka broker)
+# resolved by Maven from jvm/*/pom.xml.
 # Each step is skipped when its stamp is newer than its manifest. Usage: scripts/setup.sh [--tools]
 #   --tools  also install test tools from Debian (docker-compose, to validate docker-compose.yml)
 set -euo pipefail
@@ -33,6 +34,9 @@ resolve() {  # resolve <manifest dir> <output dir>
 command -v mvn >/dev/null || { echo "error: Maven (mvn) is required for the JVM jars" >&2; exit 2; }
 command -v java >/dev/null || { echo "error: Java 17 is required" >&2; exit 2; }
 resolve spark spark
+# ~20 MB, ~20 s once: small enough to resolve for everyone, so `make setup` is all a lake on
+# s3a:// needs and the object-store test finds them; Spark gets them only for an s3a:// lake.
+resolve s3 s3
 resolve kafka kafka
 
 if [ "${1:-}" = "--tools" ] && ! command -v docker-compose >/dev/null; then

@@ -3,13 +3,15 @@
 Tests under tests/spark are marked ``spark`` and tests under tests/e2e ``e2e`` automatically;
 everything else is engine-free (``unit``). The broker fixture starts the project's own KRaft
 broker from conf/test.yaml (port 19092) if it is not running and stops it at the end if it
-started it.
+started it. ``s3_server`` is an S3-compatible server (moto's server mode) on 127.0.0.1 with one
+bucket, for ``s3a://`` lakes.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -68,3 +70,35 @@ def spark(test_settings: Settings):
     session = build_session(test_settings)
     yield session
     session.stop()
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """An S3 server on 127.0.0.1 and the one bucket made on it."""
+
+    endpoint: str            # http://127.0.0.1:<port>
+    bucket: str
+    #: what a process needs in its environment to reach it (moto takes any key pair; these are
+    #: not secrets, and they go through the environment as real ones must)
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """moto's S3 in server mode (a thread of this process, on a free port) with a bucket: real
+    HTTP, so the job's JVM (S3A) and its Python workers (pyarrow) reach it like any store."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    env = {"AWS_ACCESS_KEY_ID": "urbpipe-test", "AWS_SECRET_ACCESS_KEY": "urbpipe-test",
+           "AWS_REGION": "us-east-1"}
+    bucket = "urbpipe-lake"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                 aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                 aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"]).create_bucket(Bucket=bucket)
+    yield S3Server(endpoint, bucket, env)
+    server.stop()

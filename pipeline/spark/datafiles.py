@@ -43,6 +43,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from pipeline.config import Settings
+from pipeline.objectstore import S3Access, access, is_object_store, pyarrow_path
 from pipeline.reassembly.tables import Columns, columns_to_rows
 from pipeline.spark.tables import DIRECT_TABLES, arrow_schema, table_path
 
@@ -56,7 +57,9 @@ STRING_PREFIX = 32
 def writer_mode(settings: Settings) -> str:
     """``direct`` or ``spark``: ``stream.raw_writer``, with ``auto`` = direct for a lake on
     the local file system (or file://), Spark for every other scheme (s3a://, abfss:// …),
-    whose credentials the JVM has but a Python worker may not."""
+    whose credentials the JVM has but a Python worker may not. ``direct`` on s3a:// writes
+    through pyarrow's S3 file system, with ``object_store``'s endpoint and addressing and the
+    worker's environment credentials (``pipeline.objectstore``)."""
     mode = settings.stream.raw_writer
     if mode != "auto":
         return mode
@@ -70,11 +73,14 @@ def data_files(settings: Settings) -> DataFiles | None:
         return None
     from pipeline.typed.lifecycle import LIFECYCLE_STATUSES
 
+    store = None
+    if is_object_store(settings.location(settings.stream.lake_dir)):
+        store = access(settings)  # endpoint/region resolved once, on the driver
     return DataFiles(
         paths={t: table_path(settings, t) for t in DIRECT_TABLES},
         stats_columns=settings.stream.delta_stats_columns,
         mirror_subscriptions=frozenset(lay.subscription for lay in settings.layouts),
-        mirror_statuses=frozenset(LIFECYCLE_STATUSES))
+        mirror_statuses=frozenset(LIFECYCLE_STATUSES), store=store)
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,7 @@ class DataFiles:
     stats_columns: int                     # Delta's dataSkippingNumIndexedCols (-1: all)
     mirror_subscriptions: frozenset[str]   # typed layouts read these rows from the batch
     mirror_statuses: frozenset[str]        # the lifecycle step reads these statuses
+    store: S3Access | None = None          # an s3a:// lake's store (no secrets in it)
 
     def split(self, tables: dict[str, list[dict[str, Any]]], columns: Columns, batch_id: int
               ) -> dict[str, list[dict[str, Any]]]:
@@ -126,7 +133,7 @@ class DataFiles:
         n = len(arrays[0])
         data = pa.Table.from_arrays(
             [*arrays, pa.repeat(pa.scalar(batch_id, pa.int64()), n)], schema=schema)
-        fs, folder = _filesystem(self.paths[table])
+        fs, folder = _filesystem(self.paths[table], self.store)
         name = f"part-{batch_id:010d}-{uuid.uuid4().hex}.snappy.parquet"
         pq.write_table(data, f"{folder}/{name}", filesystem=fs, compression="snappy")
         info = fs.get_file_info(f"{folder}/{name}")
@@ -136,14 +143,26 @@ class DataFiles:
                                     separators=(",", ":"))}
 
 
-def _filesystem(folder: str) -> tuple[Any, str]:
-    """A pyarrow file system and the folder's path on it (local paths and any URI pyarrow
-    knows: file://, s3://, gs://, hdfs://, abfs://)."""
+#: One pyarrow S3 file system per worker process and store: building one starts the AWS SDK's
+#: client (threads, connection pool), far too much for every file of every state call.
+_S3: dict[S3Access, Any] = {}
+
+
+def _filesystem(folder: str, store: S3Access | None = None) -> tuple[Any, str]:
+    """A pyarrow file system and the folder's path on it: local paths, ``s3a://`` through
+    ``store`` (pyarrow has no ``s3a`` scheme, and its own URI parsing would ignore the conf's
+    endpoint and addressing), and any other URI pyarrow knows (gs://, hdfs://, abfs://)."""
     from pyarrow import fs
 
     if urlparse(folder).scheme in ("", "file"):
         path = folder[len("file://"):] if folder.startswith("file://") else folder
         return fs.LocalFileSystem(), path
+    if is_object_store(folder):
+        if store is None:
+            raise ValueError(f"{folder}: an s3a:// lake needs the object_store settings")
+        if store not in _S3:
+            _S3[store] = store.filesystem()
+        return _S3[store], pyarrow_path(folder)
     return fs.FileSystem.from_uri(folder)
 
 

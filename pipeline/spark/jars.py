@@ -1,9 +1,10 @@
 """Which resolved JVM jars Spark gets through ``spark.jars``.
 
 Maven copies the Kafka connector and Delta with all their runtime dependencies into
-``spark.jars_dir``; many of those (Jackson, log4j, Parquet, Hadoop client, Scala library …) ship
-with pyspark already, in other versions. Passing both puts two versions of one class on the class
-path, so jars whose artifact pyspark already has are left out.
+``spark.jars_dir`` (and, for an ``s3a://`` lake or checkpoint, hadoop-aws with the AWS SDK into
+``object_store.jars_dir``); many of those (Jackson, log4j, Parquet, Hadoop client, Scala
+library, Netty …) ship with pyspark already, in other versions. Passing both puts two versions
+of one class on the class path, so jars whose artifact pyspark already has are left out.
 
     python -m pipeline.spark.jars [--conf-file F]   # prints the comma-separated list
 """
@@ -14,6 +15,10 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipeline.config import Settings
 
 _ARTIFACT = re.compile(r"^(?P<name>.+?)-\d[\w.+-]*\.jar$")
 # pyspark ships jcl-over-slf4j, which provides the commons-logging classes itself.
@@ -42,6 +47,28 @@ def spark_jars(jars_dir: str | Path) -> list[str]:
     return [str(p.resolve()) for p in found if artifact(p.name) not in skip]
 
 
+def object_store_jars(jars_dir: str | Path) -> list[str]:
+    """The s3a:// jars (hadoop-aws, the AWS SDK modules, spark-hadoop-cloud; jvm/s3/pom.xml)
+    pyspark does not already ship, sorted."""
+    found = sorted(Path(jars_dir).glob("*.jar"))
+    if not any(p.name.startswith("hadoop-aws-") for p in found):
+        raise FileNotFoundError(f"no hadoop-aws in {jars_dir} (needed for an s3a:// lake or "
+                                "checkpoint): run `scripts/setup.sh` first")
+    skip = pyspark_artifacts() | _ALSO_SHIPPED
+    return [str(p.resolve()) for p in found if artifact(p.name) not in skip]
+
+
+def settings_jars(settings: Settings) -> list[str]:
+    """Every jar this conf needs: Kafka and Delta always, the S3A connector only when the lake
+    or the checkpoint is on ``s3a://``. Why not always: they are 19 MB that spark-submit would
+    ship to every executor of every job for nothing, and hadoop-aws on the class path of a
+    job that never touches S3 is one more thing to go wrong (its SDK logs, its services)."""
+    jars = spark_jars(settings.location(settings.spark.jars_dir))
+    if settings.on_object_store():
+        jars += object_store_jars(settings.location(settings.object_store.jars_dir))
+    return jars
+
+
 def main(argv: list[str] | None = None) -> int:
     from pipeline.config import ConfigError, load_settings
 
@@ -51,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         settings = load_settings(args.conf_file)
-        print(",".join(spark_jars(settings.location(settings.spark.jars_dir))))
+        print(",".join(settings_jars(settings)))
     except (ConfigError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -13,8 +13,9 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from pipeline import objectstore
 from pipeline.config import ConfigError, Settings
-from pipeline.spark.jars import spark_jars
+from pipeline.spark.jars import settings_jars
 from pipeline.spark.launcher import Launch, SessionConf, merge, read_launch
 
 if TYPE_CHECKING:
@@ -60,7 +61,9 @@ def session_conf(settings: Settings, *, jars: bool = True) -> dict[str, str]:
         "spark.driver.extraJavaOptions": f"-Dderby.system.home={settings.location('.run')}",
     }
     if jars:
-        conf["spark.jars"] = ",".join(spark_jars(settings.location(s.jars_dir)))
+        conf["spark.jars"] = ",".join(settings_jars(settings))
+    # an s3a:// lake or checkpoint: the S3A connector pointed at object_store (else nothing)
+    conf.update(objectstore.spark_conf(settings))
     conf.update(s.conf)
     return conf
 
@@ -86,7 +89,7 @@ def build_session(settings: Settings) -> SparkSession:
     launch = read_launch()
     resolved = resolve_conf(settings, launch)
     if launch.driver_running:
-        _require_driver_classes()
+        _require_driver_classes(settings)
     builder = SparkSession.builder
     for key, value in resolved.conf.items():
         builder = builder.config(key, value)
@@ -96,15 +99,18 @@ def build_session(settings: Settings) -> SparkSession:
     return spark
 
 
-def _require_driver_classes() -> None:
+def _require_driver_classes(settings: Settings) -> None:
     """Fail in one line when spark-submit started the driver without ``--jars``: the jars
     cannot be added to a running driver's class path (a later spark.jars reaches executors
-    only, and the job would fail on its first Kafka read)."""
+    only, and the job would fail on its first Kafka read, or its first s3a:// access)."""
     from pyspark import SparkContext
 
     jvm = SparkContext._jvm
     assert jvm is not None
-    missing = [what for cls, what in _DRIVER_CLASSES.items()
+    needed = dict(_DRIVER_CLASSES)
+    if settings.on_object_store():
+        needed["org.apache.hadoop.fs.s3a.S3AFileSystem"] = "the S3A connector (hadoop-aws)"
+    missing = [what for cls, what in needed.items()
                if not jvm.org.apache.spark.util.Utils.classIsLoadable(cls)]
     if missing:
         raise ConfigError(
