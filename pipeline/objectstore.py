@@ -81,8 +81,6 @@ class S3Access:
         for key in (*ENV_CREDENTIALS, "AWS_SESSION_TOKEN"):
             if env.get(key):
                 opts[key] = env[key]
-        # one driver writes (S3SingleDriverLogStore in Spark); a reader needs no lock
-        opts["AWS_S3_ALLOW_UNSAFE_RENAME"] = "true"
         return opts
 
 

@@ -133,3 +133,32 @@ def test_direct_writer_writes_parquet_to_the_s3_server(tmp_path: Path, s3_server
     table = pq.read_table(name, filesystem=fs)
     assert table.column("offset").to_pylist() == [0, 1, 2]
     assert table.column("batch_id").to_pylist() == [7, 7, 7]
+
+
+def test_s3a_jars_and_settings_only_for_an_s3a_lake(tmp_path: Path) -> None:
+    """spark.jars gets hadoop-aws and the SDK (not what pyspark ships, e.g. Netty) only when
+    the lake or checkpoint is on s3a://, and the session conf the S3A settings with them."""
+    from pipeline.spark.jars import settings_jars
+    from pipeline.spark.session import session_conf
+
+    spark_dir, s3_dir = tmp_path / "spark", tmp_path / "s3"
+    for folder, names in ((spark_dir, ["spark-sql-kafka-0-10_2.13-4.2.0.jar"]),
+                          (s3_dir, ["hadoop-aws-3.5.0.jar", "s3-2.57.8.jar",
+                                    "netty-common-4.1.138.Final.jar"])):
+        folder.mkdir()
+        for name in names:
+            (folder / name).write_bytes(b"")
+    local = _settings(tmp_path, spark={"jars_dir": str(spark_dir)},
+                      object_store={"jars_dir": str(s3_dir)})
+    assert [Path(j).name for j in settings_jars(local)] == ["spark-sql-kafka-0-10_2.13-4.2.0.jar"]
+    lake = _settings(tmp_path, spark={"jars_dir": str(spark_dir)},
+                     stream={"lake_dir": "s3a://b/lake"},
+                     object_store={"jars_dir": str(s3_dir), "endpoint": "http://127.0.0.1:9"})
+    assert [Path(j).name for j in settings_jars(lake)] == [
+        "spark-sql-kafka-0-10_2.13-4.2.0.jar", "hadoop-aws-3.5.0.jar", "s3-2.57.8.jar"]
+    conf = session_conf(lake)
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9"
+    assert "spark.hadoop.fs.s3a.endpoint" not in session_conf(local)
+    (s3_dir / "hadoop-aws-3.5.0.jar").unlink()
+    with pytest.raises(FileNotFoundError, match="no hadoop-aws"):
+        settings_jars(lake)
