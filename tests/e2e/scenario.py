@@ -9,6 +9,7 @@ second decode of the same stream.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -133,3 +134,37 @@ class Scenario:
             self.sim.stop()
             stop_between_batches(query)
         assert self.sim.error is None, self.sim.error
+
+
+#: Two subscriptions on one destination, one per form the replicator sends: EBCDIC text with
+#: big-endian binary (COLOR) and ASCII with little-endian (EMPLOYEE).
+BOTH_FORMS = [{"name": "COLOR", "destinations": ["OUT1"], "files": [4], "ebcdic": True},
+              {"name": "EMPLOYEE", "destinations": ["OUT1"], "files": [11], "ebcdic": False}]
+
+
+# -- a job in another process (spark-submit'ed): watched through its checkpoint and lake -------
+
+def commits(checkpoint: Path) -> int:
+    """Batches the job committed (its checkpoint's commit files)."""
+    folder = checkpoint / "commits"
+    return len([p for p in folder.iterdir() if p.name.isdigit()]) if folder.exists() else 0
+
+
+def landed(lake: Path) -> int:
+    """Rows of the lake's transactions table, read without Spark (0 before it exists)."""
+    from deltalake import DeltaTable
+
+    path = lake / "transactions"
+    if not (path / "_delta_log").exists():
+        return 0
+    return DeltaTable(str(path)).to_pyarrow_table(columns=["tsnr"]).num_rows
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, log: Path) -> None:
+    """Poll ``predicate``; on timeout fail with the end of the job's log (why it is stuck)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            tail = log.read_text(errors="replace")[-3000:]
+            raise TimeoutError(f"{what} not reached in {timeout_s:.0f}s; job log:\n{tail}")
+        time.sleep(0.5)

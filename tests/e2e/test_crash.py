@@ -9,18 +9,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from chispa import assert_df_equality
-from deltalake import DeltaTable
 
-from tests.e2e.scenario import Scenario
+from tests.e2e.scenario import BOTH_FORMS, Scenario, commits, landed, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-SUBSCRIPTIONS = [{"name": "COLOR", "destinations": ["OUT1"], "files": [4], "ebcdic": True},
-                 {"name": "EMPLOYEE", "destinations": ["OUT1"], "files": [11],
-                  "ebcdic": False}]
 
 
 def _start_job(conf: Path, log: Path) -> subprocess.Popen:
@@ -36,31 +31,10 @@ def _kill9(job: subprocess.Popen) -> None:
     job.wait(30)
 
 
-def _commits(checkpoint: Path) -> int:
-    folder = checkpoint / "commits"
-    return len([p for p in folder.iterdir() if p.name.isdigit()]) if folder.exists() else 0
-
-
-def _landed(lake: Path) -> int:
-    path = lake / "transactions"
-    if not (path / "_delta_log").exists():
-        return 0
-    return DeltaTable(str(path)).to_pyarrow_table(columns=["tsnr"]).num_rows
-
-
-def _wait(predicate: Callable[[], bool], timeout_s: float, what: str, log: Path) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            tail = log.read_text(errors="replace")[-3000:]
-            raise TimeoutError(f"{what} not reached in {timeout_s:.0f}s; job log:\n{tail}")
-        time.sleep(0.5)
-
-
 def test_kill_dash_nine_twice_mid_stream_then_exact_rows(spark, kafka_bootstrap: str,
                                                           tmp_path: Path) -> None:
     scenario = Scenario.build(tmp_path, "crash", transactions=120, seed=21,
-                              max_message_size=1200, subscriptions=SUBSCRIPTIONS,
+                              max_message_size=1200, subscriptions=BOTH_FORMS,
                               stream={"max_offsets_per_trigger": 15})
     conf = scenario.conf_path
     assert scenario.settings.stream.max_offsets_per_trigger == 15  # many small batches
@@ -71,16 +45,16 @@ def test_kill_dash_nine_twice_mid_stream_then_exact_rows(spark, kafka_bootstrap:
     expected = len(scenario.truth())
     try:
         job = _start_job(conf, log)
-        _wait(lambda: _commits(checkpoint) >= 2, 600, "two committed batches", log)
+        wait_until(lambda: commits(checkpoint) >= 2, 600, "two committed batches", log)
         _kill9(job)                                   # between or inside batches
-        assert 0 < _landed(lake) < expected
+        assert 0 < landed(lake) < expected
         job = _start_job(conf, log)
-        first = _commits(checkpoint)
-        _wait(lambda: _commits(checkpoint) >= first + 1, 600, "a batch after restart", log)
+        first = commits(checkpoint)
+        wait_until(lambda: commits(checkpoint) >= first + 1, 600, "a batch after restart", log)
         time.sleep(1.3)                               # somewhere inside the next batch
         _kill9(job)
         job = _start_job(conf, log)
-        _wait(lambda: _landed(lake) >= expected, 900, "all transactions landed", log)
+        wait_until(lambda: landed(lake) >= expected, 900, "all transactions landed", log)
         time.sleep(3)                                 # a duplicate would land in a later batch
         job.send_signal(signal.SIGTERM)
         assert job.wait(60) == 0, log.read_text(errors="replace")[-3000:]
