@@ -344,9 +344,6 @@ class ObjectStore(_Model):
     endpoint: str | None = None
     region: str | None = None
     path_style_access: bool = False
-    # S3A's "Expect: 100-continue" on uploads; a server that answers it late (a loaded one) or
-    # not at all turns uploads into "Status Code: 100" failures
-    expect_continue: bool = True
     credentials: Literal["environment", "default"] = "environment"
     checkpoint_manager: Literal["abortable", "rename"] = "abortable"
     jars_dir: str = ".jars/s3"

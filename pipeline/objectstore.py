@@ -115,8 +115,6 @@ def spark_conf(settings: Settings, env: Mapping[str, str] | None = None) -> dict
     a = access(settings, env)
     h = "spark.hadoop.fs.s3a."
     conf = {f"{h}path.style.access": str(a.path_style).lower()}
-    if not settings.object_store.expect_continue:
-        conf[f"{h}connection.expect.continue"] = "false"
     if a.endpoint:
         conf[f"{h}endpoint"] = a.endpoint
         conf[f"{h}connection.ssl.enabled"] = str(a.endpoint.startswith("https://")).lower()

@@ -48,9 +48,8 @@ def test_endpoint_path_style_and_env_credentials_become_s3a_settings(tmp_path: P
 
 def test_aws_itself_default_chain_and_rename_manager(tmp_path: Path) -> None:
     s = _s3a(tmp_path, {"credentials": "default", "checkpoint_manager": "rename",
-                        "region": "eu-central-1", "expect_continue": False})
+                        "region": "eu-central-1"})
     assert spark_conf(s, env={}) == {"spark.hadoop.fs.s3a.path.style.access": "false",
-                                     "spark.hadoop.fs.s3a.connection.expect.continue": "false",
                                      "spark.hadoop.fs.s3a.endpoint.region": "eu-central-1"}
 
 
