@@ -110,12 +110,14 @@ class Scenario:
 
         return spark.read.format("delta").load(table_path(self.settings, name))
 
-    def latest_gaps(self, spark: Any) -> list[dict[str, Any]]:
+    def latest_gaps(self, spark: Any, kind: str | None = None) -> list[dict[str, Any]]:
+        """Each gap's latest row; only gaps of ``kind`` (``tsnr``: transactions, ``messages``:
+        URBHMSNR holes, which every lost message also makes) when given."""
         from pipeline.demo import LATEST_GAPS
         from pipeline.spark.tables import table_path
 
         rows = spark.sql(LATEST_GAPS.format(path=table_path(self.settings, "gaps"))).collect()
-        return [r.asDict() for r in rows]
+        return [r.asDict() for r in rows if kind is None or r["kind"] == kind]
 
     def run(self, spark: Any, *, timeout_s: float = 420.0, settle_gaps: bool = True) -> None:
         """Start the job, send the stream, answer requests, wait until all is landed."""
@@ -151,13 +153,18 @@ def commits(checkpoint: Path) -> int:
 
 
 def landed(lake: Path) -> int:
-    """Rows of the lake's transactions table, read without Spark (0 before it exists)."""
+    """Rows of the lake's transactions table, read without Spark (0 before it exists, also
+    while the job is creating it: a _delta_log folder with no commit in it yet)."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
     path = lake / "transactions"
     if not (path / "_delta_log").exists():
         return 0
-    return DeltaTable(str(path)).to_pyarrow_table(columns=["tsnr"]).num_rows
+    try:
+        return DeltaTable(str(path)).to_pyarrow_table(columns=["tsnr"]).num_rows
+    except TableNotFoundError:
+        return 0
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, log: Path) -> None:

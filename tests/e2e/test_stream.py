@@ -181,7 +181,7 @@ def test_restart_begins_a_new_epoch_without_a_false_gap(spark, restarted: Scenar
         expected |= {(sub, e + 1) for e in range(restarts + 1)}
     assert epochs == expected
     assert any(e == 2 for _, e in expected), "the restart must fall inside the stream"
-    for gap in restarted.latest_gaps(spark):
+    for gap in restarted.latest_gaps(spark, kind="tsnr"):
         assert "restart" not in gap["reason"] or gap["state"] == "unrecoverable"
     kinds = {r.kind for r in restarted.table(spark, "alerts").collect()}
     assert "replicator_restart" in kinds
