@@ -54,3 +54,20 @@ def test_stop_job_ends_the_whole_process_group_of_a_job_not_yet_running_spark() 
     finally:
         if job.poll() is None:
             job.kill()
+
+
+def test_demo_waits_for_quiet_landing_and_notices_a_job_that_exited() -> None:
+    counts = iter([0, 3, 5, 5, 5, 5])
+    alive = subprocess.Popen(["sleep", "30"])
+    try:
+        why = cluster._wait_quiet(lambda: True, lambda: next(counts, 5), alive, quiet_s=0.0,
+                                  timeout_s=60, poll_s=0.0)
+        assert why == "5 transactions landed, nothing new for 0s"
+    finally:
+        alive.kill()
+        alive.wait()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    why = cluster._wait_quiet(lambda: True, lambda: 0, dead, quiet_s=0.0, timeout_s=60,
+                              poll_s=0.0)
+    assert why == "the job exited with code 0"

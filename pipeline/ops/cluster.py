@@ -283,7 +283,7 @@ def _table_rows(settings: Any) -> dict[str, int]:
 
 
 def _wait_quiet(done: Callable[[], bool], rows: Callable[[], int], job: subprocess.Popen,
-                quiet_s: float, timeout_s: float) -> str:
+                quiet_s: float, timeout_s: float, poll_s: float = 2.0) -> str:
     """Wait until ``done()`` and ``rows()`` stayed unchanged for ``quiet_s`` (the job, in
     another process, has no query to ask whether it is idle); why the wait ended."""
     deadline, last, since = time.monotonic() + timeout_s, -1, time.monotonic()
@@ -295,7 +295,7 @@ def _wait_quiet(done: Callable[[], bool], rows: Callable[[], int], job: subproce
             last, since = now, time.monotonic()
         elif done() and now > 0 and time.monotonic() - since >= quiet_s:
             return f"{now} transactions landed, nothing new for {quiet_s:.0f}s"
-        time.sleep(2)
+        time.sleep(poll_s)
     return f"timeout after {timeout_s:.0f}s"
 
 
