@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from pipeline.config import Settings, load_settings
+from pipeline.objectstore import S3Access
 from pipeline.sim import FaultPlan, Replicator
 from pipeline.sim.config import from_settings
 from pipeline.sim.live import LiveReplicator
@@ -299,33 +300,56 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str, *,
     return time.monotonic() - started
 
 
-def batch_ids(checkpoint: Path, folder: str) -> list[int]:
-    """Batch ids Spark wrote to ``offsets`` (batch planned) or ``commits`` (batch done)."""
-    path = checkpoint / folder
+def batch_ids(checkpoint: Path | str, folder: str, store: S3Access | None = None) -> list[int]:
+    """Batch ids Spark wrote to ``offsets`` (batch planned) or ``commits`` (batch done).
+    ``store``: the checkpoint is an ``s3a://`` location on that object store."""
+    if store is not None:
+        from pyarrow.fs import FileSelector
+
+        from pipeline.objectstore import pyarrow_path
+
+        where = FileSelector(pyarrow_path(f"{checkpoint}/{folder}"), allow_not_found=True)
+        return sorted(int(i.base_name) for i in store.filesystem().get_file_info(where)
+                      if i.base_name.isdigit())
+    path = Path(checkpoint) / folder
     return sorted(int(p.name) for p in path.iterdir() if p.name.isdigit()) \
         if path.exists() else []
 
 
-def last_batch(checkpoint: Path, folder: str) -> int:
-    ids = batch_ids(checkpoint, folder)
+def last_batch(checkpoint: Path | str, folder: str, store: S3Access | None = None) -> int:
+    ids = batch_ids(checkpoint, folder, store)
     return ids[-1] if ids else -1
 
 
 # -- reading the lake without Spark -----------------------------------------------------------
 
-def read_table(settings: Settings, name: str, columns: list[str] | None = None
-               ) -> list[dict[str, Any]]:
-    """A Delta table's rows (empty before the job created it)."""
+def delta_table(settings: Settings, name: str) -> Any | None:
+    """The ``deltalake`` table ``name`` of the lake (None before the job created it); on an
+    ``s3a://`` lake read through ``object_store`` with the environment's credentials."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
-    path = Path(settings.stream.lake_dir) / name
-    if not any((path / "_delta_log").glob("*.json")):
-        return []
+    from pipeline.objectstore import access, delta_uri, is_object_store
+
+    lake = settings.location(settings.stream.lake_dir).rstrip("/")
+    options = None
+    if is_object_store(lake):
+        uri, options = delta_uri(f"{lake}/{name}"), access(settings).storage_options()
+    else:
+        uri = str(Path(lake) / name)
+        if not any((Path(uri) / "_delta_log").glob("*.json")):
+            return None
     try:
-        return DeltaTable(str(path)).to_pyarrow_table(columns=columns).to_pylist()
+        return DeltaTable(uri, storage_options=options)
     except TableNotFoundError:  # the job is creating it right now
-        return []
+        return None
+
+
+def read_table(settings: Settings, name: str, columns: list[str] | None = None
+               ) -> list[dict[str, Any]]:
+    """A Delta table's rows (empty before the job created it)."""
+    table = delta_table(settings, name)
+    return [] if table is None else table.to_pyarrow_table(columns=columns).to_pylist()
 
 
 def landed_count(settings: Settings) -> int:
