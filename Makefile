@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 CONF ?= conf/local.yaml
 
-.PHONY: help setup jars demo test test-unit faults lint bench soak broker-start broker-stop clean
+.PHONY: help setup jars demo cluster-demo test test-unit faults lint bench soak broker-start broker-stop clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -18,6 +18,10 @@ jars:  ## resolve the JVM jars (Spark connector + Delta, Kafka broker) with Mave
 demo: setup  ## run the pipeline on the embedded default (local broker, simulator, job)
 	@$(PY) -m pipeline.ops.broker start --conf-file $(CONF)
 	@$(PY) -m pipeline.demo --conf-file $(CONF)
+
+cluster-demo: setup  ## the demo on a local Spark standalone cluster, submitted by README's recipe
+	@$(PY) -m pipeline.ops.broker start --conf-file $(CONF)
+	@$(PY) -m pipeline.ops.cluster demo --conf-file $(CONF)
 
 test:  ## the whole suite: lint, unit, Spark and end-to-end tests (starts/stops the broker)
 	@scripts/setup.sh --tools
