@@ -316,18 +316,20 @@ def demo(home: Path, conf_file: Path, *, transactions: int, seed: int,
     cluster = start(home)
     log = (home / "job.log").resolve()
     log.unlink(missing_ok=True)
-    print(f"cluster: master {cluster.master_url} (UI {cluster.master_ui}), one worker "
-          f"(UI {cluster.worker_ui}, executor logs under {cluster.work_dir}/<app id>/)\n"
-          f"running the README recipe (python -m pipeline.ops.cluster recipe); job log {log}",
-          flush=True)
-    job = submit(ROOT, cluster.master_url, conf_file.resolve(), log)
-    sim = LiveReplicator(settings, transactions=transactions, seed=seed,
-                         faults=FaultPlan(counts=FAULTS), rate=200.0, verbose=True, sim=SIM)
     lake = Lake(settings)
     apps: list[dict[str, Any]] = []
     code: int | None = None
-    try:
-        sim.start()
+    job: subprocess.Popen | None = None
+    sim: LiveReplicator | None = None
+    try:  # from here on, whatever happens, the job and the cluster are stopped
+        print(f"cluster: master {cluster.master_url} (UI {cluster.master_ui}), one worker "
+              f"(UI {cluster.worker_ui}, executor logs under {cluster.work_dir}/<app id>/)\n"
+              f"running the README recipe (python -m pipeline.ops.cluster recipe); job log "
+              f"{log}", flush=True)
+        job = submit(ROOT, cluster.master_url, conf_file.resolve(), log)
+        sim = LiveReplicator(settings, transactions=transactions, seed=seed,
+                             faults=FaultPlan(counts=FAULTS), rate=200.0, verbose=True,
+                             sim=SIM).start()
         why = _wait_quiet(sim.streamed.is_set,
                           lambda: lake.read("transactions", ["tsnr"]).num_rows
                           if lake.exists("transactions") else 0, job, 20.0, timeout_s)
@@ -340,8 +342,10 @@ def demo(home: Path, conf_file: Path, *, transactions: int, seed: int,
         print("".join(line for line in log.read_text(errors="replace").splitlines(True)
                       if SESSION_LINE in line), end="")
     finally:
-        sim.stop()
-        code = stop_job(job)
+        if sim is not None:
+            sim.stop()
+        if job is not None:
+            code = stop_job(job)
         print(f"job stopped (exit code {code}); {stop(home)}")
     print(f"\n== rows per table under {lake.root} ==")
     for name, count in _table_rows(settings).items():
