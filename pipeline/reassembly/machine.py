@@ -252,7 +252,7 @@ class _Run:
 
     def _message_numbers(self, row: ElementRow) -> None:
         """A run of consecutive URBHMSNR on the destination (destination-wide key)."""
-        hole = self.st.numbering.on_run(row.num("first"), row.num("last"))
+        hole = self.st.numbering.on_run(row.num("first"), row.num("last"), row.num("htime"))
         self._seen_sent(row.num("htime"))
         if hole is None:
             return
@@ -383,7 +383,7 @@ class _Run:
         if sent and sent <= self.st.newest_sent:  # STCK values are unique: a copy
             return
         if not self.subscription:  # the destination-wide key: message numbers restart
-            self.st.numbering.restart()
+            self.st.numbering.restart(sent)
             return
         if self.st.partial is not None:
             # no TRAN request: after the restart its tsnr names another transaction

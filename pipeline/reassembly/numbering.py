@@ -26,17 +26,23 @@ _MARGIN_STCK = REORDER_MARGIN_US << 12
 
 @dataclass(slots=True)
 class Numbering:
-    """The next expected URBHMSNR of one destination; ``restarts`` counts renumberings."""
+    """The next expected URBHMSNR of one destination; ``restarts`` counts renumberings;
+    ``since`` is the URBHTIME (STCK) of the STRT/REST that began the current numbering."""
 
     next_msnr: int | None = None
     restarts: int = 0
+    since: int = 0
 
-    def on_run(self, first: int, last: int) -> tuple[int, int] | None:
-        """Messages ``first``..``last`` arrived in a row; returns the hole before them, if
-        any. A run below the expected number is a redelivery (or a reordered message):
-        nothing is missing because of it."""
+    def on_run(self, first: int, last: int, htime: int = 0) -> tuple[int, int] | None:
+        """Messages ``first``..``last`` (the newest sent at ``htime``) arrived in a row;
+        returns the hole before them, if any. A run below the expected number is a
+        redelivery (or a reordered message): nothing is missing because of it. A run sent
+        before the current numbering began is a redelivery of the previous one (a connector
+        re-producing a batch from before a restart): its numbers say nothing of this one."""
         if first <= 0:
             return None  # URBHMSNR not set: no evidence
+        if htime and htime < self.since:
+            return None
         hole = None
         if self.next_msnr is not None and first > self.next_msnr:
             hole = (self.next_msnr, first - 1)
@@ -44,13 +50,14 @@ class Numbering:
             self.next_msnr = last + 1
         return hole
 
-    def restart(self) -> None:
-        """STRT/REST: numbering starts again at 1."""
+    def restart(self, sent: int = 0) -> None:
+        """STRT/REST sent at ``sent`` (STCK): numbering starts again at 1."""
         self.next_msnr = None
         self.restarts += 1
+        self.since = max(self.since, sent)
 
     def to_obj(self) -> list:
-        return [self.next_msnr, self.restarts]
+        return [self.next_msnr, self.restarts, self.since]
 
     @classmethod
     def from_obj(cls, obj: list | None) -> Numbering:

@@ -242,7 +242,9 @@ class Harness:
     """Drives ``step`` like the Spark glue would: keeps state (through bytes), time, events."""
 
     def __init__(self, config: object = None, now_ms: int = 1_000_000,
-                 roundtrip: bool = True) -> None:
+                 roundtrip: bool = True, key: tuple[str, str] = KEY) -> None:
+        """``key``: (destination, subscription); subscription "" is the destination-wide key
+        (message numbers, status messages naming no subscription)."""
         from pipeline.reassembly.config import ReassemblyConfig
 
         self.config = config if config is not None else ReassemblyConfig()
@@ -252,6 +254,7 @@ class Harness:
         self.state_bytes: bytes | None = None
         self.events: list = []
         self.timeout: int | None = None
+        self.key = key
 
     def feed(self, rows: Iterable[ElementRow], now_ms: int | None = None) -> list:
         """One batch; returns its events."""
@@ -262,7 +265,7 @@ class Harness:
             self.now = now_ms
         state = KeyState.from_bytes(self.state_bytes) if self.roundtrip and self.state_bytes \
             else self.state
-        result = step(state, list(rows), self.now, self.config, KEY)  # type: ignore[arg-type]
+        result = step(state, list(rows), self.now, self.config, self.key)  # type: ignore[arg-type]
         assert result.next_timeout_ms is None or result.next_timeout_ms > self.now
         self.state = result.state
         self.state_bytes = result.state.to_bytes() if result.state is not None else None

@@ -24,6 +24,7 @@ from pipeline.reassembly.machine import step
 from pipeline.reassembly.rows import CONTROL_EYE, HEADERS_EYE, PSEUDO_INDEX, ElementRow
 from pipeline.reassembly.tables import events_to_rows
 from tests.reassembly.builders import (
+    DEST,
     RESTARTED,
     Elem,
     Feed,
@@ -140,6 +141,23 @@ def test_a_hole_in_the_destination_s_message_numbers_is_a_messages_gap() -> None
     assert only(h.feed([run_row(feed, 15, 18)]), MessagesMissing) == [], "a redelivery"
     events = h.feed([*statuses(feed, status("STRT", snam="")), run_row(feed, 1, 3)])
     assert only(events, MessagesMissing) == [], "numbering restarts at STRT"
+
+
+def test_a_redelivery_from_before_a_restart_is_no_hole_in_the_new_numbering() -> None:
+    """After REST the numbers start again at 1; a connector that re-produces a batch sent
+    before the restart delivers higher, older numbers (the demo saw 103.. after 1..53). Their
+    URBHTIME is older than the REST: no hole, and the new numbering is still checked."""
+    h = Harness(CFG, key=(DEST, ""))
+    feed = Feed()
+    before = feed.time - (10_000 << 12)  # 10 ms before the REST
+    h.feed([run_row(feed, 1, 120, htime=before)])
+    rest = statuses(feed, status("REST", snam=""))
+    after = feed.time
+    assert only(h.feed([*rest, run_row(feed, 1, 53, htime=after)]), MessagesMissing) == []
+    events = h.feed([run_row(feed, 103, 120, htime=before)])
+    assert only(events, MessagesMissing) == [], "old numbers, redelivered"
+    [hole] = only(h.feed([run_row(feed, 56, 60, htime=after + 1)]), MessagesMissing)
+    assert (hole.from_tsnr, hole.to_tsnr) == (54, 55)
 
 
 def test_an_idle_key_asks_stat_and_a_subs_reveals_the_lost_last_transaction() -> None:
