@@ -23,10 +23,16 @@ import sys
 import time
 
 from pipeline.config import ConfigError, Settings, load_settings
+from pipeline.sim.model import ResendBufferDef
 
 FAULTS = {"drop_transaction": 3, "drop_continuation": 1, "duplicate": 2, "corrupt": 1,
           "restart": 1, "redeliver": 1}
-SIM = {"redelivery_max_messages": 400}
+#: A connector redelivery of up to 400 messages, and a resend buffer (before images only) of
+#: 24 KB: about the last 50 transactions. The simulator sends all 300 before the job's first
+#: batch asks for anything, so the oldest lost ones are overwritten (TRSP 131/35), the newest
+#: are resent.
+SIM = {"redelivery_max_messages": 400,
+       "resend_buffers": (ResendBufferDef(name="RESEND1", size=24_000),)}
 
 
 def reset(settings: Settings) -> None:
