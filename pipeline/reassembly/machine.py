@@ -546,6 +546,7 @@ class _Run:
         st = self.st
         previous, previous_next = st.epoch, st.next_u
         self._release_held(force=True)
+        self._withdraw_requests(previous)
         for gap in list(st.gaps):
             self._settle_all(gap, f"replicator restarted ({reason})")
         st.epoch += 1
@@ -555,6 +556,21 @@ class _Run:
             reason=reason, previous_epoch=previous,
             previous_next_tsnr=None if previous_next is None else to_tsnr(previous_next),
             at_ms=self.now))
+
+    def _withdraw_requests(self, epoch: int) -> None:
+        """A restart read in the same step as request rounds of the epoch it ends: those TRAN
+        requests are not sent. They would reach the restarted replicator, whose numbering
+        began again at 1 (seed 001, rule 16), and name other transactions; the gaps are
+        settled by the restart instead, counting only requests really sent."""
+        withdrawn = [e for e in self.events if isinstance(e, GapRequested) and e.epoch == epoch]
+        if not withdrawn:
+            return
+        self.events = [e for e in self.events if not any(e is w for w in withdrawn)]
+        for event in withdrawn:
+            for gap in self.st.gaps:
+                if gap.gap_id == event.gap_id:
+                    gap.requests_sent -= len(event.tsnrs)
+                    gap.rounds -= 1
 
     # ----------------------------------------------------------------- gaps
     def _open_gap(self, start: int, end: int, reason: str, request: bool = True) -> None:

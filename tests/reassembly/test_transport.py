@@ -12,6 +12,7 @@ from pipeline.reassembly.events import (
     EpochStarted,
     GapOpened,
     GapRequested,
+    GapUnrecoverable,
     LostContinuation,
     MessagesMissing,
     StatRequested,
@@ -65,6 +66,24 @@ def test_a_redelivered_batch_from_before_a_restart_is_no_epoch_and_no_gap() -> N
     assert only(events, EpochStarted) == [] and only(events, GapOpened) == []
     assert len(only(events, DuplicateDropped)) == 5  # 40, 41, STRT, 1, 2
     assert h.state.epoch == 1
+
+
+def test_a_restart_in_the_same_batch_withdraws_the_old_epoch_s_requests() -> None:
+    """Tsnr 42 lost, then REST, all read in one batch: a TRAN for 42 would reach the
+    restarted replicator, whose 42 is another transaction. No request; the gap is settled
+    by the restart with no request counted."""
+    h = Harness(CFG)
+    feed = Feed()
+    h.feed(feed.send(txn(40)))
+    rows = feed.send(txn(41), txn(43))
+    rest = statuses(feed, status("REST", snam=""))
+    events = h.feed(rows + echo(rest) + feed.send(txn(1, later=RESTARTED)))
+    assert only(events, GapRequested) == []
+    [settled] = only(events, GapUnrecoverable)
+    assert (settled.from_tsnr, settled.settled, settled.requests_sent) == (42, (42,), 0)
+    assert "restarted" in settled.reason
+    assert events_to_rows(events, 0)["requests"] == []
+    assert h.landed(events) == [41, 43, 1] and h.state.epoch == 1  # 0 before any STRT
 
 
 def redeliver_all(feed: Feed, rows: list[ElementRow]) -> list[ElementRow]:
