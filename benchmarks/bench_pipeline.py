@@ -90,7 +90,8 @@ def throughput_settings(settings: Settings) -> dict[str, Any]:
             "trigger_interval": st.trigger_interval,
             "shuffle_partitions": st.shuffle_partitions,
             "raw_writer": writer_mode(settings), "state_api": st.state_api,
-            "kafka_partitions": settings.kafka.local_broker.partitions,
+            # the broker makes the topics the job reads with one partition (topic_check.py)
+            "source_topic_partitions": 1,
             "master": settings.spark.master, "driver_memory": settings.spark.driver_memory}
 
 
