@@ -56,8 +56,17 @@ def element(eye: str) -> st.SearchStrategy[Element]:
     elif eye == "URBF":
         extra["groups"] = st.lists(field_values("URBG"), max_size=4)
     return st.builds(
-        lambda f, x: make_element(eye, **f, **x), field_values(eye), st.fixed_dictionaries(extra)
-    )
+        lambda f, x: make_element(eye, **f, **_well_formed(eye, f, x)), field_values(eye),
+        st.fixed_dictionaries(extra))
+
+
+def _well_formed(eye: str, fields: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """RPLS/RPLE data is a list of 2-byte file numbers (the decoder warns on an odd length):
+    a drawn status of that name gets an even data length."""
+    data = extra.get("data")
+    if eye == "URBS" and fields.get("urbsst") in ("RPLS", "RPLE") and data and len(data) % 2:
+        return {**extra, "data": data[:-1]}
+    return extra
 
 
 def urbsu() -> st.SearchStrategy[Element]:
