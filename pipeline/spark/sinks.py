@@ -183,12 +183,17 @@ def batch_writer(settings: Settings, app_id: str, on_batch: BatchCallback | None
             counts.update(_land_tables(settings, batch, batch_id, app_id, counts, files,
                                        ledgers[id(session)]))
             clock.lap("t_delta_ms")
-            # issue 6 (typed tables): one call after the raw tables, only with conf layouts.
+            # Typed tables: one call after the raw tables, only with conf layouts, and only when
+            # the batch holds what they are made of (records, or GFFT layouts). A batch without
+            # them is the common idle case (transformWithState runs one at every trigger) and
+            # the typed step's jobs would cost it about a second.
             if settings.layouts:
-                from pipeline.spark.typed import write_typed_tables
+                from pipeline.spark.typed import ensure_typed_tables, write_typed_tables
 
-                counts.update(write_typed_tables(batch.sparkSession, batch, batch_id, settings,
-                                                 app_id))
+                if rows.get("records") or rows.get("layouts"):
+                    counts.update(write_typed_tables(session, batch, batch_id, settings, app_id))
+                else:
+                    ensure_typed_tables(session, settings)
                 clock.lap("t_typed_ms")
             if rows.get("status_events"):  # issue 6.6: utility/lifecycle events, after typed
                 from pipeline.spark.lifecycle import apply_lifecycle
