@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from pipeline.reassembly.config import MAX_INST_DESTINATIONS
 
@@ -54,49 +62,77 @@ class LocalBroker(_Model):
 
 
 class Kafka(_Model):
-    """Connection to the Kafka cluster that carries replicator output and requests."""
+    """Connection to the Kafka cluster that carries replicator output and requests.
+
+    Security keys are flat, and both client families get them through ONE translation
+    (``pipeline/kafka_security.py``): ``confluent()`` for librdkafka, ``spark()`` for the Java
+    client. Secrets are ``SecretStr`` (never printed by repr) or read from ``*_file``.
+    """
 
     bootstrap_servers: str = "127.0.0.1:9092"
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: str | None = None
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI",
+                            "OAUTHBEARER"] | None = None
     sasl_username: str | None = None
-    sasl_password: str | None = None
+    sasl_password: SecretStr | None = None
+    sasl_password_file: str | None = None
+    sasl_kerberos_service_name: str = "kafka"
+    sasl_kerberos_principal: str | None = None
+    sasl_kerberos_keytab: str | None = None
+    sasl_oauthbearer_token_endpoint_url: str | None = None
+    sasl_oauthbearer_client_id: str | None = None
+    sasl_oauthbearer_client_secret: SecretStr | None = None
+    sasl_oauthbearer_client_secret_file: str | None = None
+    sasl_oauthbearer_scope: str | None = None
     ssl_ca_location: str | None = None
+    ssl_truststore_location: str | None = None
+    ssl_truststore_type: Literal["JKS", "PKCS12", "PEM"] | None = None
+    ssl_truststore_password: SecretStr | None = None
+    ssl_truststore_password_file: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: SecretStr | None = None
+    ssl_key_password_file: str | None = None
+    ssl_keystore_location: str | None = None
+    ssl_keystore_type: Literal["JKS", "PKCS12", "PEM"] | None = None
+    ssl_keystore_password: SecretStr | None = None
+    ssl_keystore_password_file: str | None = None
+    ssl_endpoint_identification: bool = True
+    # Spark's Kafka source names its consumer groups <prefix>-<uuid>…: the prefix an ACL
+    # on consumer groups can name (README, "Secured Kafka").
+    group_id_prefix: str = Field("spark-kafka-source", min_length=1)
     client_options: dict[str, str] = Field(default_factory=dict)
+    java_client_options: dict[str, str] = Field(default_factory=dict)
     local_broker: LocalBroker = LocalBroker()
 
+    @field_validator("java_client_options")
+    @classmethod
+    def _java_names(cls, value: dict[str, str]) -> dict[str, str]:
+        prefixed = sorted(k for k in value if k.startswith("kafka."))
+        if prefixed:
+            raise ValueError(f"{prefixed[0]}: give Java client names without the kafka. "
+                             "prefix (the job adds it)")
+        return value
+
     @model_validator(mode="after")
-    def _sasl_complete(self) -> Kafka:
-        if self.security_protocol.startswith("SASL") and not self.sasl_mechanism:
-            raise ValueError("sasl_mechanism is required when security_protocol is SASL_*")
+    def _security_complete(self) -> Kafka:
+        from pipeline import kafka_security
+
+        kafka_security.check(self)
         return self
 
     def confluent(self) -> dict[str, str]:
-        """Options for confluent-kafka (librdkafka names)."""
-        opts = {"bootstrap.servers": self.bootstrap_servers,
-                "security.protocol": self.security_protocol}
-        optional = {"sasl.mechanism": self.sasl_mechanism, "sasl.username": self.sasl_username,
-                    "sasl.password": self.sasl_password, "ssl.ca.location": self.ssl_ca_location}
-        opts.update({k: v for k, v in optional.items() if v})
-        opts.update(self.client_options)
-        return opts
+        """Options for confluent-kafka (librdkafka names); reads ``*_file`` secrets now."""
+        from pipeline import kafka_security
+
+        return kafka_security.librdkafka(self)
 
     def spark(self) -> dict[str, str]:
-        """Options for Spark's Kafka source and sink (``kafka.``-prefixed Java client names)."""
-        opts = {"kafka.bootstrap.servers": self.bootstrap_servers,
-                "kafka.security.protocol": self.security_protocol}
-        if self.sasl_mechanism:
-            opts["kafka.sasl.mechanism"] = self.sasl_mechanism
-        if self.sasl_username and self.sasl_password:
-            module = "org.apache.kafka.common.security.plain.PlainLoginModule"
-            if self.sasl_mechanism and self.sasl_mechanism.startswith("SCRAM"):
-                module = "org.apache.kafka.common.security.scram.ScramLoginModule"
-            opts["kafka.sasl.jaas.config"] = (
-                f'{module} required username="{self.sasl_username}" '
-                f'password="{self.sasl_password}";')
-        if self.ssl_ca_location:
-            opts["kafka.ssl.truststore.location"] = self.ssl_ca_location
-        return opts
+        """Options for Spark's Kafka source and sink (``kafka.``-prefixed Java client names);
+        reads ``*_file`` secrets and the PEM client certificate and key now."""
+        from pipeline import kafka_security
+
+        return {f"kafka.{k}": v for k, v in kafka_security.java(self).items()}
 
 
 class Topics(_Model):
@@ -534,6 +570,46 @@ class Settings(_Model):
                                    self.topics.control]))
 
 
+class _DuplicateKey(yaml.YAMLError):
+    """A key written twice in one mapping (the message names it and both lines)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key written twice in a mapping is refused: the
+    plain loader keeps the later value silently, so a second ``kafka:`` block or a repeated
+    ``security_protocol`` overrode the first without a word."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        _refuse_duplicates(node, "")
+        return super().construct_document(node)
+
+
+def _refuse_duplicates(node: yaml.Node, path: str) -> None:
+    if isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _refuse_duplicates(item, f"{path}[{i}]")
+        return
+    if not isinstance(node, yaml.MappingNode):
+        return
+    first_line: dict[str, int] = {}
+    for key_node, value_node in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *anchor`` may repeat
+            continue
+        name = str(key_node.value)
+        key = f"{path}.{name}" if path else name
+        line = key_node.start_mark.line + 1
+        if name in first_line:
+            raise _DuplicateKey(f"key {key!r} is written twice (lines {first_line[name]} "
+                                f"and {line})")
+        first_line[name] = line
+        _refuse_duplicates(value_node, key)
+
+
+#: env keys whose value is a secret: taken as the literal string, never parsed as YAML (a
+#: password ``0123`` or ``true`` must stay what it is)
+_LITERAL_ENV = re.compile(r"(password|secret)$")
+
+
 def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX):
@@ -544,7 +620,7 @@ def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
             node = node.setdefault(key, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"{name}: {'.'.join(keys)} does not name a section")
-        node[keys[-1]] = yaml.safe_load(value)
+        node[keys[-1]] = value if _LITERAL_ENV.search(keys[-1]) else yaml.safe_load(value)
     return raw
 
 
@@ -562,9 +638,11 @@ def load_settings(path: str | Path | None = None,
     env = os.environ if env is None else env
     conf = Path(path or env.get("URBPIPE_CONF") or DEFAULT_CONF)
     try:
-        raw = yaml.safe_load(conf.read_text()) or {}
+        raw = yaml.load(conf.read_text(), Loader=_UniqueKeyLoader) or {}  # a SafeLoader
     except OSError as exc:
         raise ConfigError(f"{conf}: cannot read: {exc.strerror}") from None
+    except _DuplicateKey as exc:
+        raise ConfigError(f"{conf}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

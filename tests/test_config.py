@@ -91,3 +91,49 @@ def test_layout_field_range_and_variable_fields_from_yaml(tmp_path: Path) -> Non
     reversed_range = r"layouts\.0: format_buffer: field range AB-AE: AE comes before AB"
     with pytest.raises(ConfigError, match=reversed_range):
         load_settings(_write(tmp_path, text.replace("AE-AB", "AB-AE")), env={})
+
+
+# -- a key written twice is refused, naming it and both lines ----------------------------------
+
+def test_a_key_written_twice_is_refused_with_both_lines(tmp_path: Path) -> None:
+    conf = _write(tmp_path, "kafka:\n  bootstrap_servers: a:1\n  security_protocol: SSL\n"
+                            "stream:\n  lake_dir: x\nkafka:\n  bootstrap_servers: b:2\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml: key 'kafka' is written twice "
+                                          r"\(lines 1 and 6\)$"):
+        load_settings(conf, env={})
+    conf = _write(tmp_path, "kafka:\n  security_protocol: SSL\n  bootstrap_servers: a:1\n"
+                            "  security_protocol: PLAINTEXT\n")
+    with pytest.raises(ConfigError, match=r"key 'kafka\.security_protocol' is written twice "
+                                          r"\(lines 2 and 4\)"):
+        load_settings(conf, env={})
+
+
+def test_a_key_written_twice_inside_a_list_names_its_place(tmp_path: Path) -> None:
+    conf = _write(tmp_path, "subscriptions:\n  - name: A\n    dbid: 1\n    dbid: 2\n")
+    with pytest.raises(ConfigError, match=r"key 'subscriptions\[0\]\.dbid' is written twice"):
+        load_settings(conf, env={})
+
+
+def test_merge_keys_may_repeat(tmp_path: Path) -> None:
+    conf = _write(tmp_path, "x: &a {trigger_interval: 1 minute}\ny: &b {lake_dir: l}\n"
+                            "stream:\n  <<: *a\n  <<: *b\n")
+    with pytest.raises(ConfigError, match=r": x: "):  # unknown top-level key, not a duplicate
+        load_settings(conf, env={})
+
+
+def test_a_duplicate_key_is_exit_2_for_the_cli_and_the_job(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    from pipeline.ops import cli
+
+    conf = _write(tmp_path, "kafka:\n  security_protocol: SSL\n  security_protocol: SSL\n")
+    assert cli.main(["--conf-file", str(conf), "status"]) == 2
+    assert "is written twice (lines 2 and 3)" in capsys.readouterr().err
+    spec = importlib.util.spec_from_file_location("stream_job", ROOT / "jobs" / "stream.py")
+    assert spec and spec.loader
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    assert job.main(["--conf-file", str(conf)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "is written twice (lines 2 and 3)" in err
