@@ -9,7 +9,8 @@ Delta exactly once (see README.md). Runs until stopped (SIGTERM/SIGINT stop it c
 batch boundary; a kill -9 is also safe: the next start resumes from the checkpoint).
 Exit codes: 0 stopped cleanly, 1 the query failed, 2 invalid configuration (also a layout its
 typed tables cannot take, or a source topic with more than one partition, found at start),
-3 Kafka out of reach at start.
+3 Kafka out of reach at start, 5 Kafka refused the job at start (authentication failed, TLS
+handshake failed, or its principal lacks an ACL it needs: README, "Secured Kafka").
 """
 
 from __future__ import annotations
@@ -45,16 +46,20 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from pipeline.ops.topic_check import KafkaOutOfReach, TopicCheckError, check_source_topics
+    from pipeline.ops.errors import REFUSED, KafkaRefused
+    from pipeline.ops.topic_check import KafkaOutOfReach, TopicCheckError, check_start
 
-    try:  # ordering is checked before anything starts (pipeline/ops/topic_check.py)
-        check_source_topics(settings)
-    except TopicCheckError as exc:
+    try:  # ordering and permissions are checked before anything starts (topic_check.py)
+        check_start(settings)
+    except (TopicCheckError, ConfigError) as exc:  # ConfigError: e.g. an unreadable *_file
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KafkaOutOfReach as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
+    except KafkaRefused as exc:  # authentication, TLS or a missing ACL: never "unreachable"
+        print(f"error: {exc}", file=sys.stderr)
+        return REFUSED
     from pipeline.spark.query import start_stream
     from pipeline.spark.session import build_session
     from pipeline.spark.sinks import KafkaUnreachable
@@ -72,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     except KafkaUnreachable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
+    except KafkaRefused as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return REFUSED
     logging.getLogger("urbpipe").info("query %s started (id %s)", query.name, query.id)
 
     # The handler only records the signal: it runs on the main thread while that thread is

@@ -7,6 +7,7 @@ not a choice of the user's. tests/e2e/test_cluster.py proves the same on a real 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from pipeline.spark.launcher import (
     read_launch,
     submitted_by_jvm,
 )
-from pipeline.spark.session import resolve_conf
+from pipeline.spark.session import resolve_conf, session_conf
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMIT = "org.apache.spark.deploy.SparkSubmit"
@@ -119,3 +120,13 @@ def test_read_launch_without_a_gateway_reads_pyspark_submit_args() -> None:
     assert read_launch(env) == Launch({"spark.master": "local[1]", "spark.driver.memory": "1g"},
                                       driver_running=False)
     assert read_launch({}) == Launch({}, driver_running=False)
+
+
+def test_the_redaction_regex_covers_the_kafka_secrets() -> None:
+    regex = re.compile(session_conf(Settings(), jars=False)["spark.redaction.regex"])
+    for key in ("kafka.sasl.jaas.config", "kafka.ssl.truststore.password",
+                "kafka.ssl.keystore.key", "kafka.ssl.key.password", "fs.s3a.secret.key",
+                "spark.hadoop.fs.s3a.session.token", "fs.s3a.access.key"):
+        assert regex.search(key), key
+    for key in ("kafka.bootstrap.servers", "kafka.ssl.truststore.location", "spark.master"):
+        assert not regex.search(key), key

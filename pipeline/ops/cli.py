@@ -29,7 +29,9 @@ EXIT_CODES = f"""exit codes:
      quarantined messages pending or still failing, failed or overdue INST requests)
   {errors.USAGE}  usage or conf error
   {errors.UNREACHABLE}  broker or lake unreachable
-  {INTERNAL_ERROR}  internal error (a bug: rerun with URBPIPE_DEBUG=1 and report it)"""
+  {INTERNAL_ERROR}  internal error (a bug: rerun with URBPIPE_DEBUG=1 and report it)
+  {errors.REFUSED}  Kafka refused us: authentication failed, TLS handshake failed, or an ACL
+     is missing"""
 _RELATIVE = re.compile(r"^(\d+)\s*([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 

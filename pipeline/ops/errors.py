@@ -10,6 +10,8 @@ OK = 0
 PROBLEMS = 1  # the command worked and found something an operator must look at
 USAGE = 2  # bad arguments or an invalid conf file
 UNREACHABLE = 3  # the broker or the lake could not be reached
+# 4: an internal error (pipeline/ops/cli.py INTERNAL_ERROR)
+REFUSED = 5  # Kafka refused us: authentication, TLS handshake or authorization
 
 
 class OpsError(Exception):
@@ -28,3 +30,10 @@ class BrokerUnreachable(OpsError):
 
 class LakeUnreachable(OpsError):
     exit_code = UNREACHABLE
+
+
+class KafkaRefused(OpsError):
+    """Kafka answered and said no: a wrong password, a certificate it or we do not trust, a
+    missing ACL. Not "unreachable": the network is fine, the credentials or grants are not."""
+
+    exit_code = REFUSED

@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.config import Settings
+from pipeline.kafka_refusal import ClientErrors, denied
+from pipeline.ops.errors import KafkaRefused
 
 log = logging.getLogger("urbpipe.topics")
 
@@ -68,22 +70,31 @@ def partition_counts(metadata: Any) -> dict[str, int]:
             if t.partitions or t.error is None}
 
 
-def _admin(settings: Settings) -> Any:
+def _admin(settings: Settings, errors: ClientErrors | None = None) -> Any:
     from confluent_kafka.admin import AdminClient
 
     quiet = logging.getLogger("urbpipe.kafka.admin")
     quiet.setLevel(logging.CRITICAL)  # librdkafka's connect errors: the one line says it
-    return AdminClient(settings.kafka.confluent(), logger=quiet)
+    conf: dict[str, Any] = {**settings.kafka.confluent()}
+    if errors is not None:  # a SASL or TLS failure arrives here, list_topics only times out
+        conf["error_cb"] = errors
+    return AdminClient(conf, logger=quiet)
 
 
 def cluster_partitions(settings: Settings, timeout_s: float = 30.0,
-                       admin: Any = None) -> dict[str, int]:
-    """Partition count of every topic in the cluster (``AdminClient.list_topics``)."""
+                       admin: Any = None, errors: ClientErrors | None = None) -> dict[str, int]:
+    """Partition count of every topic in the cluster (``AdminClient.list_topics``). Raises
+    KafkaRefused when the client's errors say Kafka refused us (authentication, TLS),
+    KafkaOutOfReach otherwise."""
     from confluent_kafka import KafkaException
 
+    errors = errors if errors is not None else ClientErrors()
     try:
-        metadata = (admin or _admin(settings)).list_topics(timeout=timeout_s)
+        metadata = (admin or _admin(settings, errors)).list_topics(timeout=timeout_s)
     except KafkaException as exc:
+        refusal = errors.refusal(settings.kafka, *exc.args)
+        if refusal is not None:
+            raise KafkaRefused(refusal.message) from None
         raise KafkaOutOfReach(
             f"cannot reach Kafka at {settings.kafka.bootstrap_servers} within {timeout_s:g} s: "
             f"{exc.args[0] if exc.args else exc}") from None
@@ -91,10 +102,12 @@ def cluster_partitions(settings: Settings, timeout_s: float = 30.0,
 
 
 def check_source_topics(settings: Settings, timeout_s: float = 30.0,
-                        admin: Any = None) -> dict[str, int | None]:
+                        admin: Any = None,
+                        errors: ClientErrors | None = None) -> dict[str, int | None]:
     """At start: raise TopicCheckError when a source topic has several partitions; a topic
     that does not exist yet is only a warning. Returns the counts (None: missing)."""
-    partitions = source_partitions(settings, cluster_partitions(settings, timeout_s, admin))
+    partitions = source_partitions(settings,
+                                   cluster_partitions(settings, timeout_s, admin, errors))
     for topic in (t for t, n in partitions.items() if n is None):
         log.warning("source topic %s does not exist yet: its partitions are not checked",
                     topic)
@@ -102,3 +115,64 @@ def check_source_topics(settings: Settings, timeout_s: float = 30.0,
     if text is not None:
         raise TopicCheckError(text)
     return partitions
+
+
+def required_operations(settings: Settings,
+                        sources: Mapping[str, int | None]) -> dict[str, tuple[str, ...]]:
+    """Topic → the operations the job's principal needs on it: READ and DESCRIBE on what it
+    reads (outputs, replies, control), WRITE and DESCRIBE on requests and alerts."""
+    needed: dict[str, tuple[str, ...]] = dict.fromkeys(sources, ("READ", "DESCRIBE"))
+    for topic in (settings.topics.requests, settings.topics.alerts):
+        needed[topic] = (*needed.get(topic, ()), "WRITE", "DESCRIBE")
+    return {t: tuple(dict.fromkeys(ops)) for t, ops in needed.items()}
+
+
+def check_permissions(settings: Settings, sources: Mapping[str, int | None],
+                      admin: Any, timeout_s: float = 30.0) -> None:
+    """At start: raise KafkaRefused (one line naming topic and operation) when the job's
+    principal lacks an operation it needs on a topic (``AdminClient.describe_topics`` with
+    the topic's authorized operations): a gap request that cannot be written is data never
+    re-sent, so the job must not start without WRITE on the request topic. A topic that does
+    not exist yet is a warning, as in the partition check; a broker that does not say what is
+    authorised is a warning too (nothing to check against)."""
+    from confluent_kafka import KafkaError, KafkaException, TopicCollection
+
+    needed = required_operations(settings, sources)
+    futures = admin.describe_topics(TopicCollection(list(needed)), request_timeout=timeout_s,
+                                    include_authorized_operations=True)
+    for topic, ops in needed.items():
+        try:
+            description = futures[topic].result()
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            code = error.code() if isinstance(error, KafkaError) else None
+            if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                log.warning("topic %s does not exist yet: its permissions are not checked",
+                            topic)
+                continue
+            if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise KafkaRefused(denied("topic", topic, ops[0]).message) from None
+            raise
+        allowed = description.authorized_operations
+        if allowed is None:
+            log.warning("the broker did not say what the job may do on topic %s: its "
+                        "permissions are not checked", topic)
+            continue
+        names = {getattr(op, "name", str(op)) for op in allowed}
+        if "ALL" in names:
+            continue
+        missing = [op for op in ops if op not in names]
+        if missing:
+            raise KafkaRefused(denied("topic", topic, missing[0]).message)
+
+
+def check_start(settings: Settings, timeout_s: float = 30.0, admin: Any = None,
+                errors: ClientErrors | None = None) -> dict[str, int | None]:
+    """Everything the job checks on Kafka before any Spark session, with one admin client:
+    reachability and refusals (KafkaOutOfReach, KafkaRefused), one partition per source topic
+    (TopicCheckError), and the principal's permissions (KafkaRefused)."""
+    errors = errors if errors is not None else ClientErrors()
+    admin = admin or _admin(settings, errors)
+    sources = check_source_topics(settings, timeout_s, admin, errors)
+    check_permissions(settings, sources, admin, timeout_s)
+    return sources

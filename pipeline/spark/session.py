@@ -28,6 +28,13 @@ _DRIVER_CLASSES = {"org.apache.spark.sql.kafka010.KafkaSourceProvider": "the Kaf
                    "io.delta.sql.DeltaSparkSessionExtension": "Delta"}
 
 
+#: Spark's default ``(?i)secret|password|token|access[.]?key``, plus the Kafka keys that hold a
+#: secret without saying so: ``sasl.jaas.config`` (the SASL password or client secret) and the
+#: inlined PEM key of mutual TLS (``ssl.keystore.key``, pipeline/kafka_security.py). Spark
+#: masks matching keys (and the Kafka source's options) in the UI, event logs and its logs.
+REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|jaas|keystore[.]key"
+
+
 def session_conf(settings: Settings, *, jars: bool = True) -> dict[str, str]:
     """Every Spark setting the product relies on, from conf, as one dict (tested without Spark).
 
@@ -59,6 +66,7 @@ def session_conf(settings: Settings, *, jars: bool = True) -> dict[str, str]:
             max(2, settings.stream.shuffle_partitions)),
         "spark.sql.warehouse.dir": settings.location(".run/spark-warehouse"),
         "spark.driver.extraJavaOptions": f"-Dderby.system.home={settings.location('.run')}",
+        "spark.redaction.regex": REDACTION_REGEX,
     }
     if jars:
         conf["spark.jars"] = ",".join(settings_jars(settings))

@@ -22,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Settings
+from pipeline.kafka_refusal import ClientErrors
+from pipeline.ops.errors import KafkaRefused
 from pipeline.reassembly.outbound import RequestForm, request_messages
 from pipeline.spark.committer import DeltaCommitter
 from pipeline.spark.datafiles import BATCH_PROPERTY, FILES_TABLE, writer_mode
@@ -76,6 +78,7 @@ class KafkaOut:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._producer: Any = None
+        self._errors = ClientErrors()  # librdkafka's error_cb: why a first contact failed
 
     def connect(self, timeout_s: float = 30.0) -> None:
         """Create the producer and fetch the cluster's metadata: the job finds out at start,
@@ -85,6 +88,9 @@ class KafkaOut:
         try:
             self._ensure().list_topics(timeout=timeout_s)
         except KafkaException as exc:
+            refusal = self._errors.refusal(self._settings.kafka, *exc.args)
+            if refusal is not None:  # a wrong password is not "cannot reach"
+                raise KafkaRefused(refusal.message) from None
             raise KafkaUnreachable(
                 f"cannot reach Kafka at {self._settings.kafka.bootstrap_servers} within "
                 f"{timeout_s:g} s: {exc.args[0] if exc.args else exc}") from None
@@ -100,8 +106,8 @@ class KafkaOut:
             quiet = logging.getLogger("urbpipe.kafka.producer")
             quiet.setLevel(logging.ERROR)  # librdkafka's transient coordinator chatter
             self._producer = Producer({**self._settings.kafka.confluent(),
-                                       "enable.idempotence": "true", "linger.ms": "5"},
-                                      logger=quiet)
+                                       "enable.idempotence": "true", "linger.ms": "5",
+                                       "error_cb": self._errors}, logger=quiet)
         return self._producer
 
     def flush(self) -> None:
