@@ -84,7 +84,8 @@ def record_decoder(settings: Settings, lanes: Mapping[Key, int] | None = None
 
 def kafka_source(spark: SparkSession, settings: Settings) -> DataFrame:
     st = settings.stream
-    reader = spark.readStream.format("kafka").options(**settings.kafka.spark())
+    reader = (spark.readStream.format("kafka").options(**settings.kafka.spark())
+              .option("groupIdPrefix", settings.kafka.group_id_prefix))  # for group ACLs
     if settings.topics.output_pattern:
         reader = reader.option("subscribePattern", settings.topics.output_pattern)
     else:
