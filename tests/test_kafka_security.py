@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.config import ConfigError, Kafka, load_settings
@@ -210,6 +210,7 @@ def test_jaas_escapes_quote_and_backslash() -> None:
     assert unquote_jaas(entry) == {"__module__": "M", "password": 'p"; evil=x \\'}
 
 
+@settings(deadline=None)  # a loaded machine must not fail a pure string round trip
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40))
 def test_jaas_round_trip(value: str) -> None:
     assert unquote_jaas(jaas("M", {"username": "u", "password": value}))["password"] == value
@@ -285,8 +286,8 @@ def test_a_password_from_the_environment_stays_a_literal_string(tmp_path: Path) 
     conf = tmp_path / "c.yaml"
     conf.write_text("kafka:\n  security_protocol: SASL_SSL\n  sasl_mechanism: PLAIN\n"
                     "  sasl_username: alice\n")
-    settings = load_settings(conf, env={"URBPIPE__KAFKA__SASL_PASSWORD": "0123"})
-    assert settings.kafka.confluent()["sasl.password"] == "0123"
+    loaded = load_settings(conf, env={"URBPIPE__KAFKA__SASL_PASSWORD": "0123"})
+    assert loaded.kafka.confluent()["sasl.password"] == "0123"
 
 
 def load_conf(text: str, tmp: Path | None = None) -> Any:

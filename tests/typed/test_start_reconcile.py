@@ -44,7 +44,7 @@ def test_a_layout_conflict_at_start_exits_with_code_2(monkeypatch, capsys) -> No
     def refuse(spark, settings, **_kw):
         raise LayoutConflict(line)
 
-    monkeypatch.setattr(topic_check, "check_source_topics", lambda settings: None)
+    monkeypatch.setattr(topic_check, "check_start", lambda settings: None)  # no broker
     monkeypatch.setattr(session, "build_session", lambda settings: object())
     monkeypatch.setattr(query, "start_stream", refuse)
     spec = importlib.util.spec_from_file_location("stream_job", ROOT / "jobs" / "stream.py")
