@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
+import re
 import secrets
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -61,16 +62,28 @@ def _topic_acls(names: list[str], operations: tuple[str, ...]) -> list[AclEntry]
     return [AclEntry("TOPIC", n, "LITERAL", op) for n in dict.fromkeys(names) for op in operations]
 
 
+def _without_groups(pattern: str) -> str:
+    """``pattern`` with its (innermost first) parenthesised groups removed."""
+    while True:
+        shorter = re.sub(r"\([^()]*\)", "", pattern)
+        if shorter == pattern:
+            return pattern
+        pattern = shorter
+
+
 def _pattern_prefix(topics: Topics) -> list[str]:
     """The literal start of ``output_pattern`` (up to its first regex character): ACLs cannot
     hold a regex, so topics it matches are covered by a PREFIXED ACL on that start."""
-    if not topics.output_pattern:
-        return []
-    prefix = ""
-    for ch in topics.output_pattern.removeprefix("^"):
-        if ch in ".^$*+?{}[]\\|()":
-            break
-        prefix += ch
+    if not topics.output_pattern or "|" in _without_groups(topics.output_pattern):
+        return []  # an alternative at the top: no common start
+    prefix, rest = "", topics.output_pattern.removeprefix("^")
+    while rest:
+        if rest[0] == "\\" and len(rest) > 1 and not rest[1].isalnum():  # \. is a dot
+            prefix, rest = prefix + rest[1], rest[2:]
+        elif rest[0] in ".^$*+?{}[]\\|()" or (rest[1:2] in ("*", "?", "{")):
+            break  # a character that a quantifier after it may leave out is no prefix either
+        else:
+            prefix, rest = prefix + rest[0], rest[1:]
     return [prefix] if prefix else []
 
 
