@@ -3,7 +3,10 @@
 Used by the demo, the tests and the benchmarks on machines without Docker. ``start`` formats the
 storage the first time, launches the broker in its own session, waits until it answers and
 creates the topics named in conf; starting twice is harmless. ``stop`` ends it by the PID it
-wrote. Everything lives in ``kafka.local_broker.data_dir`` (git-ignored).
+wrote. Everything lives in ``kafka.local_broker.data_dir`` (git-ignored). With
+``kafka.local_broker.security.enabled`` the broker takes TLS, SCRAM or client certificates and
+ACLs only (pipeline/ops/broker_security.py); its CA, passwords and the job's client settings
+land in ``<data_dir>/secure``.
 
     python -m pipeline.ops.broker start|stop|status|topics [--conf-file conf/local.yaml]
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import logging
 import os
 import signal
@@ -27,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import ConfigError, Settings, load_settings
+from pipeline.ops import broker_security as sec
 from pipeline.ops.topic_check import partition_counts, problem, source_partitions
 
 JARS_DIR = ".jars/kafka"
@@ -65,18 +70,43 @@ def _port_taken(port: int) -> bool:
     return False
 
 
-def _server_properties(settings: Settings) -> str:
+def secure_dir(settings: Settings) -> Path:
+    """Where a secured broker's CA, certificates, passwords and client settings live."""
+    return _home(settings) / "secure"
+
+
+def _client_ports(settings: Settings) -> tuple[int, ...]:
+    lb = settings.kafka.local_broker
+    if lb.security.enabled:
+        return lb.security.sasl_ssl_port, lb.security.ssl_port
+    return (lb.port,)
+
+
+def _listener_lines(settings: Settings, keystore_password: str | None) -> list[str]:
+    lb = settings.kafka.local_broker
+    if lb.security.enabled:
+        if keystore_password is None:
+            raise BrokerError("a secured broker's server.properties needs its keystore password")
+        return sec.listener_properties(lb, secure_dir(settings), keystore_password)
+    return [
+        f"listeners=PLAINTEXT://127.0.0.1:{lb.port},CONTROLLER://127.0.0.1:{lb.controller_port}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{lb.port}",
+        "controller.listener.names=CONTROLLER",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name=PLAINTEXT",
+    ]
+
+
+def _server_properties(settings: Settings, keystore_password: str | None = None) -> str:
+    """The broker's server.properties; a secured one names its keystore password, so the file
+    is written 0600."""
     lb = settings.kafka.local_broker
     home = _home(settings)
     return "\n".join([
         "process.roles=broker,controller",
         "node.id=1",
         f"controller.quorum.voters=1@127.0.0.1:{lb.controller_port}",
-        f"listeners=PLAINTEXT://127.0.0.1:{lb.port},CONTROLLER://127.0.0.1:{lb.controller_port}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{lb.port}",
-        "controller.listener.names=CONTROLLER",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "inter.broker.listener.name=PLAINTEXT",
+        *_listener_lines(settings, keystore_password),
         f"log.dirs={home / 'data'}",
         f"num.partitions={lb.partitions}",
         "offsets.topic.replication.factor=1",
@@ -125,16 +155,21 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
-def _format_storage(settings: Settings, props: Path) -> None:
-    """Format KRaft storage once; meta.properties marks a formatted log directory."""
+def _format_storage(settings: Settings, props: Path,
+                    scram: dict[str, str] | None = None) -> None:
+    """Format KRaft storage once; meta.properties marks a formatted log directory. ``scram``
+    (user → password): SCRAM credentials written into the metadata log at format time, the
+    only way a KRaft broker has them before its first start (never shown in an error)."""
     if (_home(settings) / "data" / "meta.properties").exists():
         return
     cluster_id = new_cluster_id()
     cmd = _java(settings, "kafka.tools.StorageTool", "format", "-t", cluster_id,
-                "-c", str(props), "--ignore-formatted")
+                "-c", str(props), "--ignore-formatted", *sec.scram_arguments(scram or {}))
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        for password in (scram or {}).values():
+            last = [line.replace(password, "***") for line in last]
         raise BrokerError(f"formatting broker storage failed: {last[0]}")
 
 
@@ -143,8 +178,22 @@ def _admin(settings: Settings):
 
     quiet = logging.getLogger("urbpipe.kafka.admin")
     quiet.setLevel(logging.CRITICAL)  # connection-refused chatter while the broker starts
-    return AdminClient({**settings.kafka.confluent(), "socket.timeout.ms": "3000"},
-                       logger=quiet)
+    return AdminClient({**_admin_options(settings), "socket.timeout.ms": "3000"}, logger=quiet)
+
+
+def _admin_options(settings: Settings) -> dict[str, str]:
+    """The broker's own admin connection: ``kafka`` from conf, or admin over SCRAM for a
+    secured local broker (its topics and ACLs are made as admin)."""
+    if settings.kafka.local_broker.security.enabled:
+        return sec.confluent_options(sec.secure_client(settings, secure_dir(settings), sec.ADMIN))
+    return settings.kafka.confluent()
+
+
+def secure_client(settings: Settings, user: str = "job",
+                  mode: sec.Mode = "scram") -> dict[str, str]:
+    """A secured local broker's client settings for ``user`` (``kafka`` conf keys; secrets
+    named by file): ``mode`` scram (SASL_SSL) or mtls (client certificate)."""
+    return sec.secure_client(settings, secure_dir(settings), user, mode)
 
 
 def wait_until_ready(settings: Settings, timeout_s: float = START_TIMEOUT_S, *,
@@ -236,32 +285,69 @@ def ensure_topics(settings: Settings) -> str:
     return f"{line}\nwarning: {wrong}" if wrong else line
 
 
+def _secure_files(settings: Settings) -> tuple[dict[str, str] | None, str | None]:
+    """For a secured broker: make its CA, certificates and passwords if missing; returns the
+    SCRAM passwords and the keystore password (None, None for a PLAINTEXT broker). Storage
+    formatted without security has no SCRAM users, so it is refused with what to do."""
+    if not settings.kafka.local_broker.security.enabled:
+        return None, None
+    secure = secure_dir(settings)
+    formatted = (_home(settings) / "data" / "meta.properties").exists()
+    if formatted and not (secure / f"{sec.ADMIN}.password").exists():
+        raise BrokerError(f"{_home(settings)} was formatted without security (no SCRAM users): "
+                          "stop the broker, delete it (or choose another "
+                          "kafka.local_broker.data_dir) and start again")
+    return sec.prepare(settings.kafka.local_broker, secure)
+
+
+def _after_start(settings: Settings) -> list[str]:
+    """Topics, and for a secured broker the users' ACLs and the job's client files."""
+    created = create_topics(settings, fix_partitions=True)
+    if not settings.kafka.local_broker.security.enabled:
+        return created
+    sec.create_acls(_admin(settings), settings)
+    sec.write_client_files(settings, secure_dir(settings))
+    return created
+
+
 def start(settings: Settings) -> str:
     """Start (or find running) the broker and ensure its topics. Returns a status line."""
     lb = settings.kafka.local_broker
+    where = sec.listeners(lb)
     if _running_pid(settings) is not None:
         wait_until_ready(settings)
-        create_topics(settings, fix_partitions=True)
-        return f"broker already running on 127.0.0.1:{lb.port} (pid {_running_pid(settings)})"
-    for port in (lb.port, lb.controller_port):
+        _after_start(settings)
+        return f"broker already running on {where} (pid {_running_pid(settings)})"
+    for port in (*_client_ports(settings), lb.controller_port):
         if _port_taken(port):
-            raise BrokerError(f"port {port} on 127.0.0.1 is taken by another process; "
-                              "free it or set kafka.local_broker.port/controller_port")
+            raise BrokerError(f"port {port} on 127.0.0.1 is taken by another process; free it "
+                              "or change kafka.local_broker's ports")
     home = _home(settings)
     (home / "logs").mkdir(parents=True, exist_ok=True)
+    scram, store_password = _secure_files(settings)
     props = home / "server.properties"
-    props.write_text(_server_properties(settings))
+    sec.write_secret(props, _server_properties(settings, store_password).encode())
     (home / "log4j2.properties").write_text(_LOG4J2.format(log=home / "logs" / "broker.log"))
-    _format_storage(settings, props)
+    _format_storage(settings, props, scram)
     out = (home / "logs" / "stdout.log").open("ab")
     proc = subprocess.Popen(_java(settings, "kafka.Kafka", str(props)), stdout=out,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True)
     _pid_file(settings).write_text(str(proc.pid))
     wait_until_ready(settings)
-    created = create_topics(settings, fix_partitions=True)
-    return (f"broker started on 127.0.0.1:{lb.port} (pid {proc.pid}); "
-            f"topics created: {', '.join(created) or 'none (all existed)'}")
+    created = _after_start(settings)
+    secured = f"; client settings in {secure_dir(settings)}" if scram else ""
+    return (f"broker started on {where} (pid {proc.pid}); "
+            f"topics created: {', '.join(created) or 'none (all existed)'}{secured}")
+
+
+def _gone(pid: int, settings: Settings) -> bool:
+    """Has the broker exited? Collects its exit status first if this process started it (a
+    test fixture does): an unreaped child stays a zombie that still answers kill(pid, 0), so
+    ``stop`` would wait its whole timeout and then SIGKILL a broker that had shut down."""
+    with contextlib.suppress(ChildProcessError):  # not our child: init reaps it
+        os.waitpid(pid, os.WNOHANG)
+    return _running_pid(settings) is None
 
 
 def stop(settings: Settings, timeout_s: float = 30.0) -> str:
@@ -272,18 +358,19 @@ def stop(settings: Settings, timeout_s: float = 30.0) -> str:
         return "broker not running"
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while _running_pid(settings) is not None and time.monotonic() < deadline:
+    while not _gone(pid, settings) and time.monotonic() < deadline:
         time.sleep(0.3)
-    if _running_pid(settings) is not None:
+    if not _gone(pid, settings):
         os.kill(pid, signal.SIGKILL)
     _pid_file(settings).unlink(missing_ok=True)
     return f"broker stopped (pid {pid})"
 
 
 def status(settings: Settings) -> str:
+    """One line: running or not, and on which listeners."""
     pid = _running_pid(settings)
-    port = settings.kafka.local_broker.port
-    return f"broker running on 127.0.0.1:{port} (pid {pid})" if pid else "broker not running"
+    where = sec.listeners(settings.kafka.local_broker)
+    return f"broker running on {where} (pid {pid})" if pid else "broker not running"
 
 
 def main(argv: list[str] | None = None) -> int:
