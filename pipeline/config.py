@@ -30,6 +30,8 @@ from pydantic import (
     model_validator,
 )
 
+from pipeline import kafka_security
+from pipeline.config_error import ConfigError
 from pipeline.reassembly.config import MAX_INST_DESTINATIONS
 
 if TYPE_CHECKING:
@@ -39,10 +41,6 @@ ENV_PREFIX = "URBPIPE__"
 DEFAULT_CONF = Path(__file__).resolve().parent.parent / "conf" / "local.yaml"
 _DNAM = re.compile(r"^[A-Za-z0-9@#$_.-]{1,8}$")
 _INTERVAL = re.compile(r"^\d+(\.\d+)?\s*(ms|milliseconds?|s|seconds?|minutes?|min)$")
-
-
-class ConfigError(ValueError):
-    """The configuration is invalid; the message is one line naming the key and the problem."""
 
 
 class _Model(BaseModel):
@@ -159,22 +157,16 @@ class Kafka(_Model):
 
     @model_validator(mode="after")
     def _security_complete(self) -> Kafka:
-        from pipeline import kafka_security
-
         kafka_security.check(self)
         return self
 
     def confluent(self) -> dict[str, str]:
         """Options for confluent-kafka (librdkafka names); reads ``*_file`` secrets now."""
-        from pipeline import kafka_security
-
         return kafka_security.librdkafka(self)
 
     def spark(self) -> dict[str, str]:
         """Options for Spark's Kafka source and sink (``kafka.``-prefixed Java client names);
         reads ``*_file`` secrets and the PEM client certificate and key now."""
-        from pipeline import kafka_security
-
         return {f"kafka.{k}": v for k, v in kafka_security.java(self).items()}
 
 

@@ -16,7 +16,8 @@ Choices, and why:
   text here, at mapping time. The executors then need no copy of the key file, and the same
   two files serve librdkafka. Java reads PKCS#8 keys only (``BEGIN PRIVATE KEY`` or ``BEGIN
   ENCRYPTED PRIVATE KEY``, the latter with ``ssl_key_password``); a PKCS#1 key is refused here
-  in one line instead of failing later inside the JVM.
+  in one line instead of failing later inside the JVM. An encrypted key reaches Java
+  decrypted, in memory (``java_readable_key``: Java 17 cannot read PBES2-encrypted keys).
 * librdkafka cannot read JKS: with a JKS or PKCS12 truststore the Python side needs
   ``ssl_ca_location`` too, and is refused without it (a PEM truststore serves both). With no CA
   key at all both clients use the system's CA store (librdkafka's default when
@@ -36,6 +37,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from pipeline.config_error import ConfigError
 
 if TYPE_CHECKING:
     from pipeline.config import Kafka
@@ -60,8 +63,6 @@ _SUFFIX_TYPES = {".jks": "JKS", ".p12": "PKCS12", ".pfx": "PKCS12", ".pem": "PEM
 
 
 def _error(message: str) -> Exception:
-    from pipeline.config import ConfigError
-
     return ConfigError(message)
 
 
@@ -291,11 +292,37 @@ def _java_tls(k: Kafka) -> dict[str, str | None]:
         if "BEGIN ENCRYPTED PRIVATE KEY" in key and password is None:
             raise _error("kafka.ssl_key_location: the key is encrypted: give "
                          "ssl_key_password (or ssl_key_password_file)")
+        if password is not None:  # Java 17 reads no PBES2 key: see java_readable_key
+            key, password = java_readable_key(key, password), None
         opts.update({"ssl.keystore.type": "PEM",
                      "ssl.keystore.certificate.chain":
                          _read_pem("ssl_certificate_location", k.ssl_certificate_location),
                      "ssl.keystore.key": key, "ssl.key.password": password})
     return opts
+
+
+def java_readable_key(key: str, password: str) -> str:
+    """An encrypted PKCS#8 key as the Java client on Java 17 can read it: decrypted, in
+    memory only (the inline ``ssl.keystore.key``, then given without ``ssl.key.password``).
+
+    Why: openssl and the ``cryptography`` package encrypt with PBES2 (AES) by default, and
+    Kafka's PEM keystore asks the JRE for a ``SecretKeyFactory`` named after the scheme; Java
+    17 has none for "PBES2" ("Invalid PEM keystore configs ... PBES2 SecretKeyFactory not
+    available", seen on this project's secured broker), and ``cryptography`` cannot write
+    the PBES1 form Java reads. The decrypted key is a secret of the same standing as the
+    password that opens it: it travels only inside the Kafka options (Spark's redaction
+    regex covers ``keystore.key``), never to a file; librdkafka keeps reading the encrypted
+    key file with its password.
+    """
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        loaded = serialization.load_pem_private_key(key.encode(), password.encode())
+    except (ValueError, TypeError):
+        raise _error("kafka.ssl_key_location: the key cannot be decrypted with "
+                     "ssl_key_password (wrong password, or not a PEM private key)") from None
+    return loaded.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode()
 
 
 def java(k: Kafka) -> dict[str, str]:

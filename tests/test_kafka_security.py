@@ -99,10 +99,24 @@ def test_no_ca_at_all_means_the_system_store_on_both_sides() -> None:
     assert "ssl.ca.location" not in py and "kafka.ssl.truststore.location" not in java
 
 
+def _pbes2_key() -> tuple[Any, str]:
+    """A real EC key, encrypted as openssl and ``cryptography`` do by default (PBES2, AES)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.BestAvailableEncryption(SECRET.encode()))
+    return private, pem.decode()
+
+
 def test_mutual_tls_with_pem_files_inlines_chain_and_key_for_java(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    private, encrypted = _pbes2_key()
     cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
     cert.write_text(CHAIN)
-    key.write_text(ENCRYPTED_KEY)
+    key.write_text(encrypted)
     py, java = both(kafka(security_protocol="SSL", ssl_ca_location="/ca.pem",
                           ssl_certificate_location=str(cert), ssl_key_location=str(key),
                           ssl_key_password=SECRET))
@@ -110,9 +124,26 @@ def test_mutual_tls_with_pem_files_inlines_chain_and_key_for_java(tmp_path: Path
     assert py["ssl.key.location"] == str(key) and py["ssl.key.password"] == SECRET
     assert java["kafka.ssl.keystore.type"] == "PEM"
     assert java["kafka.ssl.keystore.certificate.chain"] == CHAIN
-    assert java["kafka.ssl.keystore.key"] == ENCRYPTED_KEY
-    assert java["kafka.ssl.key.password"] == SECRET
     assert "kafka.ssl.keystore.location" not in java
+    # Java 17 reads no PBES2 key: its copy is the same key, decrypted, and no key password
+    inline = java["kafka.ssl.keystore.key"]
+    assert inline.startswith("-----BEGIN PRIVATE KEY-----")
+    assert "kafka.ssl.key.password" not in java
+    again = serialization.load_pem_private_key(inline.encode(), None)
+    assert again.private_numbers() == private.private_numbers()
+
+
+def test_an_encrypted_key_with_the_wrong_password_is_refused_in_one_line(tmp_path: Path
+                                                                         ) -> None:
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    cert.write_text(CHAIN)
+    key.write_text(_pbes2_key()[1])
+    k = kafka(security_protocol="SSL", ssl_certificate_location=str(cert),
+              ssl_key_location=str(key), ssl_key_password="Xq7-not-it")
+    with pytest.raises(ConfigError, match=r"^kafka\.ssl_key_location: the key cannot be "
+                       r"decrypted") as refused:
+        k.spark()
+    assert "Xq7-not-it" not in str(refused.value)
 
 
 def test_a_pkcs1_key_or_an_encrypted_key_without_password_is_refused(tmp_path: Path) -> None:
