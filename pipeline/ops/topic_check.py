@@ -18,8 +18,10 @@ shows the counts and reports a topic with several partitions as a problem.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +30,7 @@ from pipeline.kafka_refusal import ClientErrors, denied
 from pipeline.ops.errors import KafkaRefused
 
 log = logging.getLogger("urbpipe.topics")
+_SLICE_S = 3.0  # one metadata attempt of the start check, then its errors are looked at
 
 
 class TopicCheckError(ValueError):
@@ -89,16 +92,23 @@ def cluster_partitions(settings: Settings, timeout_s: float = 30.0,
     from confluent_kafka import KafkaException
 
     errors = errors if errors is not None else ClientErrors()
-    try:
-        metadata = (admin or _admin(settings, errors)).list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        refusal = errors.refusal(settings.kafka, *exc.args)
-        if refusal is not None:
-            raise KafkaRefused(refusal.message) from None
-        raise KafkaOutOfReach(
-            f"cannot reach Kafka at {settings.kafka.bootstrap_servers} within {timeout_s:g} s: "
-            f"{exc.args[0] if exc.args else exc}") from None
-    return partition_counts(metadata)
+    admin = admin or _admin(settings, errors)
+    deadline = time.monotonic() + timeout_s
+    while True:  # in slices: a refusal is known after the first handshake, not after 30 s
+        try:
+            return partition_counts(admin.list_topics(
+                timeout=max(0.1, min(_SLICE_S, deadline - time.monotonic()))))
+        except KafkaException as exc:
+            # librdkafka queues the SASL/TLS errors for error_cb, which only a poll serves
+            with contextlib.suppress(AttributeError):
+                admin.poll(0.5)
+            refusal = errors.refusal(settings.kafka, *exc.args)
+            if refusal is not None:
+                raise KafkaRefused(refusal.message) from None
+            if time.monotonic() >= deadline:
+                raise KafkaOutOfReach(
+                    f"cannot reach Kafka at {settings.kafka.bootstrap_servers} within "
+                    f"{timeout_s:g} s: {exc.args[0] if exc.args else exc}") from None
 
 
 def check_source_topics(settings: Settings, timeout_s: float = 30.0,
