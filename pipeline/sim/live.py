@@ -60,10 +60,13 @@ class LiveReplicator:
             print(f"simulator: {text}", flush=True)
 
     def _run(self) -> None:
-        bootstrap = self._settings.kafka.bootstrap_servers
-        sink = KafkaSink(bootstrap)
+        # the conf's connection, security included (on a secured broker the replicator is
+        # its own principal: pass it its own settings)
+        options = self._settings.kafka.confluent()
+        bootstrap = options.pop("bootstrap.servers")
+        sink = KafkaSink(bootstrap, **options)
         requests = KafkaRequests(bootstrap, self._settings.topics.requests,
-                                 group=f"urbpipe-sim-{time.time_ns()}")
+                                 group=f"urbpipe-sim-{time.time_ns()}", **options)
         try:
             if self._deliveries is None:
                 self.summary = drive(self.replicator, sink, self._options, requests)

@@ -30,7 +30,9 @@ class RequestSource(Protocol):
 class KafkaRequests:
     """The replicator's input queue: request messages from a Kafka topic."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str = "urb-sim") -> None:
+    def __init__(self, bootstrap: str, topic: str, group: str = "urb-sim",
+                 **settings: str | int) -> None:
+        """``settings``: further librdkafka options (a secured broker's TLS/SASL ones)."""
         from confluent_kafka import Consumer
 
         self._consumer = Consumer(
@@ -39,6 +41,7 @@ class KafkaRequests:
                 "group.id": group,
                 "auto.offset.reset": "earliest",
                 "enable.partition.eof": False,
+                **settings,
             }
         )
         self._consumer.subscribe([topic])

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.config import Settings, load_settings
+from pipeline.config import Kafka, Settings, load_settings
 from pipeline.ops import broker
 from pipeline.sim import Delivery, FaultPlan, Replicator
 from pipeline.sim.config import from_settings
@@ -32,11 +32,16 @@ TEST_CONF = ROOT / "conf" / "test.yaml"
 def scenario_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | None = None,
                       gaps: dict[str, Any] | None = None,
                       layouts: bool = False,
-                      stream: dict[str, Any] | None = None) -> tuple[Settings, Path]:
+                      stream: dict[str, Any] | None = None,
+                      kafka: dict[str, Any] | None = None,
+                      make_topics: Callable[[Settings], Any] | None = None,
+                      ) -> tuple[Settings, Path]:
     """Settings (and their YAML file, for a spark-submit'ed job) with fresh topics.
 
     The typed tables (conf ``layouts``) cost several Spark jobs per batch, so only scenarios
-    that test them keep the layouts of conf/test.yaml.
+    that test them keep the layouts of conf/test.yaml. ``kafka``: the job's connection keys
+    instead of the test broker's (a secured broker's client settings); ``make_topics``: who
+    creates the fresh topics (default: the job's own settings, on the test broker).
     """
     raw = yaml.safe_load(TEST_CONF.read_text())
     if not layouts:
@@ -50,13 +55,15 @@ def scenario_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | 
     raw["stream"]["gaps"].update(gaps or {})
     raw["stream"].update(stream or {})
     raw["kafka"]["local_broker"]["data_dir"] = str(ROOT / ".run" / "test-kafka")
+    if kafka is not None:
+        raw["kafka"] = {"local_broker": raw["kafka"]["local_broker"], **kafka}
     raw["spark"]["jars_dir"] = str(ROOT / ".jars" / "spark")
     if subscriptions is not None:
         raw["subscriptions"] = subscriptions
     path = tmp_path / "conf.yaml"
     path.write_text(yaml.safe_dump(raw))
     settings = load_settings(path, env={})
-    broker.create_topics(settings)
+    (make_topics or broker.create_topics)(settings)
     return settings, path
 
 
@@ -78,12 +85,18 @@ class Scenario:
               stream: dict[str, Any] | None = None, gfft: tuple[int, ...] = (),
               sim: dict[str, Any] | None = None,
               edit: Callable[[Replicator, list[Delivery]], list[Delivery]] | None = None,
+              kafka: dict[str, Any] | None = None,
+              make_topics: Callable[[Settings], Any] | None = None,
+              sim_kafka: dict[str, Any] | None = None,
               ) -> Scenario:
         """``gfft``: files whose GFFT the simulator sends after STRT (``--gfft``); ``sim``:
         more simulator settings; ``edit``: what the transport does to the generated stream
-        (lose messages, hold some back …) before the job reads it."""
+        (lose messages, hold some back …) before the job reads it. ``kafka``/``make_topics``:
+        see ``scenario_settings``; ``sim_kafka``: the simulator's own connection keys (on a
+        secured broker the replicator is another principal than the job)."""
         settings, path = scenario_settings(tmp_path, name, subscriptions=subscriptions,
-                                           gaps=gaps, layouts=layouts, stream=stream)
+                                           gaps=gaps, layouts=layouts, stream=stream,
+                                           kafka=kafka, make_topics=make_topics)
         config = from_settings(settings).model_copy(
             update={"max_message_size": max_message_size, "c5_rate": 0.0,
                     "gfft_files": gfft, **(sim or {})})
@@ -92,7 +105,9 @@ class Scenario:
         deliveries, sent = generate(rep, transactions)
         if edit is not None:
             deliveries = edit(rep, deliveries)
-        sim = LiveReplicator(settings, replicator=rep, deliveries=deliveries)
+        sim_settings = settings if sim_kafka is None else settings.model_copy(
+            update={"kafka": Kafka.model_validate(sim_kafka)})
+        sim = LiveReplicator(sim_settings, replicator=rep, deliveries=deliveries)
         return cls(settings, path, sent, sim, sum(len(d.value) for d in deliveries))
 
     def truth(self) -> set[tuple[str, str, int, int]]:

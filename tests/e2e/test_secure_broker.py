@@ -1,8 +1,9 @@
 """The secured local broker (``kafka.local_broker.security``): TLS, SCRAM, client certificates
 and ACLs, seen from confluent-kafka clients.
 
-One broker for the module, on ports 19392-19395 with its data in a tmp dir (never the shared
-test broker of ``kafka_bootstrap``); stopped by its PID at the end. Client options are mapped
+One broker for the session (``secured_broker`` in tests/conftest.py: ports 19392-19395, data
+in a tmp dir, never the shared test broker of ``kafka_bootstrap``), stopped by its PID at the
+end; tests/e2e/test_secure_job.py runs the job on it. Client options are mapped
 by hand from the client settings the broker wrote, as an engineer would.
 """
 
@@ -10,14 +11,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
-from pipeline.config import BrokerSecurity, Kafka, LocalBroker, Settings
+from pipeline.config import Settings
 from pipeline.ops import broker
 from pipeline.ops import broker_security as sec
 
@@ -26,15 +26,10 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    home = tmp_path_factory.mktemp("secure-broker") / "kafka"
-    settings = Settings(base_dir=str(ROOT), kafka=Kafka(local_broker=LocalBroker(
-        port=19393, controller_port=19392, data_dir=str(home), heap="384m",
-        security=BrokerSecurity(enabled=True, sasl_ssl_port=19394, ssl_port=19395))))
-    broker.start(settings)
-    yield settings
-    broker.stop(settings)
+@pytest.fixture
+def secured(secured_broker: Settings) -> Settings:
+    """The session's secured broker (tests/conftest.py)."""
+    return secured_broker
 
 
 def by_hand(client: dict[str, str]) -> dict[str, str]:
