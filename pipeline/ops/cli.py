@@ -143,16 +143,20 @@ def cmd_gaps_ack(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_gaps_resume(args: argparse.Namespace, settings: Settings) -> int:
-    from confluent_kafka import Producer
-
+    from pipeline.kafka_refusal import ClientErrors
+    from pipeline.ops import kafka_clients
     from pipeline.ops.gaps_cmd import resume_command
 
     key, value = resume_command(args.key, args.by, args.note)
-    producer = Producer({**settings.kafka.confluent(), "enable.idempotence": "true"})
-    producer.produce(settings.topics.control, key="/".join(key).encode(), value=value)
-    if producer.flush(args.kafka_timeout) > 0:
-        raise BrokerUnreachable(f"the control topic {settings.topics.control} did not take "
-                                f"the command within {args.kafka_timeout:g} s")
+    seen = ClientErrors()
+    producer = kafka_clients.producer(settings, seen, **{"enable.idempotence": "true"})
+    failed: list[Any] = []
+    producer.produce(settings.topics.control, key="/".join(key).encode(), value=value,
+                     on_delivery=lambda err, _msg: failed.append(err) if err else None)
+    if producer.flush(args.kafka_timeout) > 0 or failed:
+        raise kafka_clients.failure(
+            settings, producer, seen, f"the control topic {settings.topics.control} did not "
+            f"take the command within {args.kafka_timeout:g} s", *failed)
     print(f"resume sent for {'/'.join(key)} on {settings.topics.control}: the job asks "
           "again for the key's open gaps at its next batch (alert storm_resumed)")
     return errors.OK

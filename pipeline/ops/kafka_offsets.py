@@ -10,17 +10,19 @@ import uuid
 from collections.abc import Iterable
 
 from pipeline.config import Settings
-from pipeline.ops.errors import BrokerUnreachable
+from pipeline.kafka_refusal import ClientErrors
+from pipeline.ops import kafka_clients
 
 
 def end_offsets(settings: Settings, topics: Iterable[str],
                 timeout: float = 5.0) -> dict[str, dict[int, int]]:
     """topic → partition → high watermark (next offset to be written)."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
-    consumer = Consumer({**settings.kafka.confluent(), "group.id": f"urbpipe-ops-{uuid.uuid4()}",
-                         "enable.auto.commit": "false",
-                         "socket.timeout.ms": str(int(timeout * 1000))})
+    seen = ClientErrors()
+    consumer = kafka_clients.consumer(settings, seen, **{
+        "group.id": f"urbpipe-ops-{uuid.uuid4()}", "enable.auto.commit": "false",
+        "socket.timeout.ms": str(int(timeout * 1000))})
     try:
         out: dict[str, dict[int, int]] = {}
         for topic in topics:
@@ -33,8 +35,9 @@ def end_offsets(settings: Settings, topics: Iterable[str],
                           for p in sorted(meta.partitions)}
         return out
     except KafkaException as exc:
-        raise BrokerUnreachable(
-            f"broker {settings.kafka.bootstrap_servers} unreachable: {exc.args[0].str()}"
-        ) from None
+        raise kafka_clients.failure(
+            settings, consumer, seen,
+            f"broker {settings.kafka.bootstrap_servers} unreachable: {exc.args[0].str()}",
+            *exc.args) from None
     finally:
         consumer.close()

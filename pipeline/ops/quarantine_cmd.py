@@ -23,7 +23,8 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline.config import Settings
-from pipeline.ops.errors import BrokerUnreachable
+from pipeline.kafka_refusal import ClientErrors
+from pipeline.ops import kafka_clients
 from pipeline.ops.lake import Lake
 from pipeline.urb import UrbFormatError, decode_message
 
@@ -120,22 +121,21 @@ class ReplayProducer:
     """Produces replayed messages and learns where each landed."""
 
     def __init__(self, settings: Settings, timeout: float = 30.0) -> None:
-        from confluent_kafka import Producer
-
         self._settings = settings
         self._timeout = timeout
-        self._producer = Producer({**settings.kafka.confluent(), "enable.idempotence": "true",
-                                   "message.timeout.ms": str(int(timeout * 1000))})
+        self._seen = ClientErrors()
+        self._producer = kafka_clients.producer(settings, self._seen, **{
+            "enable.idempotence": "true", "message.timeout.ms": str(int(timeout * 1000))})
 
     def send_all(self, rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int, int]]:
         """(row, new partition, new offset) for each row, once the broker acknowledged all."""
         landed: list[tuple[dict[str, Any], int, int]] = []
-        errors: list[str] = []
+        errors: list[Any] = []
 
         def done(row: dict[str, Any]) -> Any:
             def report(err: Any, msg: Any) -> None:
                 if err is not None:
-                    errors.append(str(err))
+                    errors.append(err)
                 else:
                     landed.append((row, msg.partition(), msg.offset()))
             return report
@@ -150,9 +150,11 @@ class ReplayProducer:
             self._producer.poll(0)
         self._producer.flush(self._timeout + 1)
         if errors or len(landed) != len(rows):
-            why = errors[0] if errors else "not acknowledged in time"
-            raise BrokerUnreachable(f"replay: {len(landed)} of {len(rows)} delivered to "
-                                    f"{self._settings.kafka.bootstrap_servers}: {why}")
+            why = str(errors[0]) if errors else "not acknowledged in time"
+            raise kafka_clients.failure(
+                self._settings, self._producer, self._seen, f"replay: {len(landed)} of "
+                f"{len(rows)} delivered to {self._settings.kafka.bootstrap_servers}: {why}",
+                *errors)
         return landed
 
 

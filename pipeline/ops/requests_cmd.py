@@ -35,7 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.config import Settings
-from pipeline.ops.errors import BrokerUnreachable, UsageError
+from pipeline.kafka_refusal import ClientErrors
+from pipeline.ops import kafka_clients
+from pipeline.ops.errors import UsageError
 from pipeline.urb import UrbFormatError, decode_message
 from pipeline.urb import requests as urb_requests
 from pipeline.urb.codes import describe_status, describe_subcode
@@ -324,18 +326,18 @@ def unfinished(request: Request, replies: list[Reply]) -> str | None:
 
 def send(settings: Settings, request: Request, timeout: float) -> None:
     """Produce the request and wait for the broker's acknowledgement."""
-    from confluent_kafka import Producer
-
-    producer = Producer({**settings.kafka.confluent(),
-                         "message.timeout.ms": str(max(1000, int(timeout * 1000)))})
-    errors: list[str] = []
+    seen = ClientErrors()
+    producer = kafka_clients.producer(
+        settings, seen, **{"message.timeout.ms": str(max(1000, int(timeout * 1000)))})
+    failed: list[Any] = []
     producer.produce(settings.topics.requests, key=request.key.encode(), value=request.value,
                      headers=[("request", request.rt.encode()), ("origin", b"urbpipe-cli")],
-                     on_delivery=lambda err, _msg: errors.append(str(err)) if err else None)
-    if producer.flush(timeout + 1) > 0 or errors:
-        why = errors[0] if errors else "not acknowledged in time"
-        raise BrokerUnreachable(f"request not delivered to {settings.topics.requests} at "
-                                f"{settings.kafka.bootstrap_servers}: {why}")
+                     on_delivery=lambda err, _msg: failed.append(err) if err else None)
+    if producer.flush(timeout + 1) > 0 or failed:
+        why = str(failed[0]) if failed else "not acknowledged in time"
+        raise kafka_clients.failure(settings, producer, seen,
+                                    f"request not delivered to {settings.topics.requests} at "
+                                    f"{settings.kafka.bootstrap_servers}: {why}", *failed)
 
 
 def send_and_wait(settings: Settings, request: Request, topic: str | None, *, timeout: float,
@@ -345,16 +347,18 @@ def send_and_wait(settings: Settings, request: Request, topic: str | None, *, ti
     if topic is None:
         send(settings, request, timeout)
         return []
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
-    consumer = Consumer({**settings.kafka.confluent(), "group.id": f"urbpipe-req-{uuid.uuid4()}",
-                         "enable.auto.commit": "false"})
+    seen = ClientErrors()
+    consumer = kafka_clients.consumer(settings, seen, **{
+        "group.id": f"urbpipe-req-{uuid.uuid4()}", "enable.auto.commit": "false"})
     try:
         try:
             meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
         except KafkaException as exc:
-            raise BrokerUnreachable(f"broker {settings.kafka.bootstrap_servers} unreachable: "
-                                    f"{exc.args[0].str()}") from None
+            raise kafka_clients.failure(
+                settings, consumer, seen, f"broker {settings.kafka.bootstrap_servers} "
+                f"unreachable: {exc.args[0].str()}", *exc.args) from None
         if meta is None or meta.error is not None or not meta.partitions:
             raise UsageError(f"reply topic {topic!r} does not exist")
         start = [TopicPartition(topic, p, consumer.get_watermark_offsets(

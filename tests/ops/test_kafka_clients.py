@@ -1,0 +1,86 @@
+"""The urbpipe commands' Kafka failures: refused (exit 5) or unreachable (exit 3), in one line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipeline.config import Kafka, Settings
+from pipeline.kafka_refusal import ClientErrors
+from pipeline.ops import errors, kafka_clients
+from pipeline.ops.errors import BrokerUnreachable, KafkaRefused
+
+SECRET = "pw-that-must-not-show"
+
+
+@dataclass
+class FakeError:
+    code_name: str
+    text: str
+
+    def name(self) -> str:
+        return self.code_name
+
+    def str(self) -> str:
+        return self.text
+
+
+@dataclass
+class FakeClient:
+    """Polling serves the callback, as librdkafka does: errors queued until then."""
+
+    errors: ClientErrors
+    queued: list[FakeError] = field(default_factory=list)
+    polls: int = 0
+
+    def poll(self, _timeout: float) -> None:
+        self.polls += 1
+        for error in self.queued:
+            self.errors(error)
+        self.queued.clear()
+
+
+def _settings() -> Settings:
+    return Settings(kafka=Kafka(bootstrap_servers="kafka:9094", security_protocol="SASL_SSL",
+                                sasl_mechanism="SCRAM-SHA-512", sasl_username="job",
+                                sasl_password=SECRET))
+
+
+def test_an_authentication_error_served_by_the_poll_is_a_refusal_not_unreachable() -> None:
+    seen = ClientErrors()
+    error = FakeError("_AUTHENTICATION", "sasl_ssl://kafka:9094/bootstrap: SASL "
+                      f"authentication error: invalid credentials {SECRET}")
+    client = FakeClient(seen, [error])
+    failure = kafka_clients.failure(_settings(), client, seen, "broker kafka:9094 unreachable")
+    assert client.polls == 1
+    assert isinstance(failure, KafkaRefused) and failure.exit_code == errors.REFUSED == 5
+    text = str(failure)
+    assert text.startswith("authentication failed: SASL SCRAM-SHA-512 as 'job'"), text
+    assert SECRET not in text and "\n" not in text
+
+
+def test_a_delivery_report_denied_by_an_acl_names_the_topic() -> None:
+    seen = ClientErrors()
+    denied = FakeError("TOPIC_AUTHORIZATION_FAILED",
+                       "Broker: Topic authorization failed: Not authorized to access topics: "
+                       "[urb.requests]")
+    failure = kafka_clients.failure(_settings(), FakeClient(seen), seen, "not delivered", denied)
+    assert isinstance(failure, KafkaRefused)
+    assert "authorization denied" in str(failure) and "urb.requests" in str(failure)
+
+
+def test_no_refusal_seen_means_unreachable_with_the_callers_line() -> None:
+    seen = ClientErrors()
+    client = FakeClient(seen, [FakeError("_TRANSPORT", "Connection refused")])
+    failure = kafka_clients.failure(_settings(), client, seen, "broker kafka:9094 unreachable")
+    assert isinstance(failure, BrokerUnreachable) and failure.exit_code == errors.UNREACHABLE
+    assert str(failure) == "broker kafka:9094 unreachable"
+
+
+def test_the_clients_carry_the_conf_security_and_the_callback() -> None:
+    seen = ClientErrors()
+    producer = kafka_clients.producer(_settings(), seen, **{"message.timeout.ms": "1000"})
+    consumer = kafka_clients.consumer(_settings(), seen, **{"group.id": "urbpipe-test"})
+    try:
+        assert producer.flush(0) == 0  # made: librdkafka took every option
+    finally:
+        consumer.close()
