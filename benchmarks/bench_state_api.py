@@ -2,7 +2,7 @@
 # ruff: noqa: N802, N803
 """State API benchmark: applyInPandasWithState vs transformWithStateInPandas, large partial txn.
 
-Why: issue 5 lets the stateful stage move from ``applyInPandasWithState`` (one state value per
+Why: the stateful stage may move from ``applyInPandasWithState`` (one state value per
 key, rewritten whole on every call) to Spark 4's ``transformWithStateInPandas`` (value, list
 and map state plus timers) only if a measurement with a huge transaction open in state shows
 the latter keeps batch time flat where the former does not. This script is that measurement.

@@ -123,7 +123,7 @@ def find_gap(gaps: list[Gap], name: str) -> Gap:
 
 
 def load_gaps(lake: Lake) -> list[Gap]:
-    have = set(lake.columns("gaps"))  # a gaps table from before issue 14 has no kind
+    have = set(lake.columns("gaps"))  # a gaps table from before message-number gaps has no kind
     rows = lake.read("gaps", [c for c in _GAP_COLUMNS if c in have]).to_pylist()
     acks = lake.read(ACKS_TABLE, schema=ACKS_SCHEMA).to_pylist()
     return current_gaps(rows, acks)

@@ -11,7 +11,7 @@ timers (retries, verdicts, hold timeouts, the partial transaction's timeouts, ST
 key, overdue INST requests) at ``now_ms``; then the INST requests for the ISNs the step's landed
 resends left unverified (see initial_state.py).
 
-What the transport may do, and where it is handled (issue 14, "real transport"):
+What a real transport (replicator, MQ, connector, Kafka) may do, and where it is handled:
 - re-produce old messages (connector at-least-once): transactions are judged by their commit
   time (sequence.classify), status-only messages by their identity (numbering.Copies), a
   message below the open transaction's message numbers is skipped whole;

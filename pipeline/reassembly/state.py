@@ -116,7 +116,7 @@ class KeyState:
             counters=dict(doc["counters"]),
             inst=InstState.from_obj(doc.get("inst")),  # absent in states written before INST
             newest_sent_ms=doc.get("sent_ms"), newest_sent=doc.get("sent", 0),
-            # absent in states written before issue 14: their defaults
+            # absent in states written before commit-time redelivery checks: their defaults
             newest_commit=doc.get("commit"), epoch_floor=doc.get("floor"),
             epoch_time=doc.get("epoch_time", 0),
             given_up=GivenUp.from_obj(doc.get("given_up")),

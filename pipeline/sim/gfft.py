@@ -7,7 +7,7 @@ Long names are the short names (``AA``): a job maps them to column names with it
 (``Replicator.gffts``), in a message of its own. Nothing in it names a subscription: a GFFT
 describes a file (URBFDBID/URBFFNR; URBFFNAM is the file's name, here ``FILE-dbid-fnr``), and
 only the ``--key subscription`` convenience puts the subscription's name on its Kafka record
-(issue 14.8: a consumer routes it by the file).
+(a consumer routes it by the file).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ bytes, as it does a record that only the full decode rejects. Elements the codec
 too, so one query stays exactly-once end to end.
 
 The Kafka key routes nothing: a default MQ source connector writes none, or the MQ message
-id (issue 14). Keys come from the message alone, and from conf where the message is silent:
+id. Keys come from the message alone, and from conf where the message is silent:
 - a status that names no subscription (STRT, REST, TERM …) belongs to its destination's key
   (destination, ""); STRT/REST also reach every configured subscription of the destination
   as *echo* rows (they restart numbering there; only the destination key lands them);

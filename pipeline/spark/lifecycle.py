@@ -1,4 +1,4 @@
-"""Utility and lifecycle events applied to the typed tables, inside foreachBatch (issue 6.6).
+"""Utility and lifecycle events applied to the typed tables, inside foreachBatch.
 
 Runs after the raw and typed tables of a batch are committed, only when the batch landed
 status events. ``pipeline.typed.lifecycle`` reads each status (URBS AUTI + URBSU, LODS/LODE,

@@ -1,4 +1,4 @@
-"""The typed tables follow their layouts (issue 6.6): at start, and when a GFFT version arrives.
+"""The typed tables follow their layouts: at start, and when a GFFT version arrives.
 
 At start (``reconcile_tables``, called by ``pipeline.spark.query.start_stream`` right after the
 job's own tables exist), every layout with a format buffer in conf is compared with its

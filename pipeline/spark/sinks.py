@@ -201,7 +201,7 @@ def batch_writer(settings: Settings, app_id: str, on_batch: BatchCallback | None
                 else:
                     ensure_typed_tables(session, settings)
                 clock.lap("t_typed_ms")
-            if rows.get("status_events"):  # issue 6.6: utility/lifecycle events, after typed
+            if rows.get("status_events"):  # utility/lifecycle events, after typed
                 from pipeline.spark.lifecycle import apply_lifecycle
 
                 counts.update(apply_lifecycle(batch.sparkSession, batch, batch_id, settings,

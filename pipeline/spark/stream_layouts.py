@@ -1,4 +1,4 @@
-"""GFFT layout versions for the typed tables: read back, planned, applied (issue 6.1).
+"""GFFT layout versions for the typed tables: read back, planned, applied.
 
 Every GFFT the stream sent lands in the raw ``layouts`` table (one row per URBF seen, see
 ``pipeline.reassembly.gfft``). The typed stage reads the versions of each configured file with

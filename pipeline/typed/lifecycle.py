@@ -1,4 +1,4 @@
-"""Utility and lifecycle statuses → what they mean for a file's typed tables (issue 6, point 6).
+"""Utility and lifecycle statuses → what they mean for a file's typed tables.
 
 IBM i's QDBRPLAY (seed 004) replays DDL journal entries — create, change, delete, rename file,
 refresh table — on another system, so the copy keeps the shape of the original. The Event

@@ -1,4 +1,4 @@
-"""Convergence after a resend on the real stack (broker, Spark, Delta), issue 6 point 5.
+"""Convergence after a resend on the real stack (broker, Spark, Delta).
 
 Transactions lost in transport are resent with before images only, so the current-state rows of
 their ISNs become unverified; the job then sends INST requests with exactly those ISNs, the

@@ -1,4 +1,4 @@
-"""Utility and lifecycle events end to end (issue 6.6): the simulator sends a refresh-file AUTI
+"""Utility and lifecycle events end to end: the simulator sends a refresh-file AUTI
 for COLOR (EBCDIC) and an ADALOD LOAD (LODS … LODE) for EMPLOYEE (ASCII) in the middle of the
 stream; the job truncates COLOR's current state at the refresh, marks EMPLOYEE stale for the
 load and clears it at its clean end, and records every event in ``schema_events`` and

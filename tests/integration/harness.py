@@ -24,7 +24,7 @@ What it imitates, and how:
   ``next_timeout_ms`` (or cleared) on every call.
 - foreachBatch: rows per table collected; TRAN and INST requests built by the codec and
   answered by the simulator, whose deliveries are appended to "Kafka" for later batches (the
-  closed loops of issue 5 and issue 6's convergence after a resend).
+  closed loops and the typed tables' convergence after a resend).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ lands it: the decode stage emits one row per key it finds by scanning, the state
 decodes the message in full and keeps the elements of its key. An element whose key the two
 worked out differently would be lost without a trace, so: for any mix of data and status
 elements, the rows' keys take every element exactly once (echoes of a destination-wide
-STRT/REST aside), and none takes nothing. The Kafka key routes nothing (issue 14).
+STRT/REST aside), and none takes nothing. The Kafka key routes nothing (a real connector
+writes none).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Convergence after a resend, end to end in memory (issue 6, points 4 and 5).
+"""Convergence after a resend, end to end in memory (initial-state rows, then the resent changes).
 
 A transaction lost in transport → gap → TRAN → resend (before images only, so its ISNs are
 unverified) → INST with exactly those ISNs → the simulator answers INIT, R pseudo-transactions,

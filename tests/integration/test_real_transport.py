@@ -1,5 +1,5 @@
 """The simulator's real-world defaults and the connector's faults through the decode stage and
-the state machine (issue 14): no Kafka key, destination-wide STRT/REST, re-produced batches,
+the state machine: no Kafka key, destination-wide STRT/REST, re-produced batches,
 stalls, an overwritten resend buffer, several partitions."""
 
 from __future__ import annotations

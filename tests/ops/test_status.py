@@ -58,7 +58,7 @@ def test_report_per_key(ops_settings: Settings, landed: Path) -> None:
     assert employee.last_status is not None and employee.last_status["st"] == "REST"
     assert report.state == {"batch_id": 7, "state_rows": 2, "state_memory_bytes": 4096,
                             "timestamp": None, "duration_ms": None}
-    # the requested gap, and urb.out1 with two partitions (issue 14.1: ordering is checked)
+    # the requested gap, and urb.out1 with two partitions (one per source topic is checked)
     assert report.checkpoint_batch == 7 and report.problems == 2
     assert report.topic_partitions == {"urb.out1": 2, "urb.replies": 1, "urb.control": None}
     assert report.topic_problem is not None and "urb.out1 has 2 partitions" in \

@@ -1,5 +1,6 @@
 """Ordering is checked, never assumed: the job refuses a source topic with several
-partitions (issue 14.1), engine-free on the decision; the e2e test runs the job itself."""
+partitions (a subscription is ordered only within one partition), engine-free on the
+decision; the e2e test runs the job itself."""
 
 from __future__ import annotations
 

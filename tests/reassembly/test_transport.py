@@ -1,7 +1,7 @@
-"""The transport a real replicator and connector make (issue 14), case by case on ``step``.
+"""The transport a real replicator and connector make, case by case on ``step``.
 
-Each test names the point of the issue it covers; each fails on the machine before issue 14
-(which trusted Kafka keys, immediate and flagged duplicates, named statuses and time).
+Each test names the transport behaviour it covers; each fails on the machine that
+trusted Kafka keys, immediate and flagged duplicates, named statuses and UTC time.
 """
 
 from __future__ import annotations

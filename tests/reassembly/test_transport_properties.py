@@ -1,4 +1,4 @@
-"""Property test of the machine against the transport a real connector is (issue 14).
+"""Property test of the machine against the transport a real connector is.
 
 A small replicator model, independent of ``pipeline.sim``, drives ``step`` the way the job
 does: it commits transactions in sessions (a restart begins a session with STRT, numbering

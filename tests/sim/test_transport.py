@@ -1,5 +1,5 @@
-"""The simulator's defaults are what a real replicator behind an MQ source connector delivers
-(issue 14): no Kafka key, statuses naming neither subscription nor destination, a TOD clock
+"""The simulator's defaults are what a real replicator behind an MQ source connector delivers:
+no Kafka key, statuses naming neither subscription nor destination, a TOD clock
 that is not UTC, a resend buffer that overwrites; and the connector's faults: re-produced
 batches and stalls. Each convenience of the old simulator stays an option."""
 

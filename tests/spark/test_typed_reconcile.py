@@ -1,4 +1,4 @@
-"""A conf layout changed between two starts (issue 6.6, points 2-4; Spark + Delta, no Kafka).
+"""A conf layout changed between two starts (Spark + Delta, no Kafka).
 
 COLOR/4 lands a batch with format buffer v1; AUTI then says AB grew to 6 bytes (the file is
 stale: the layout reads 4) and that fields were added (nothing to add yet: the layout does
