@@ -111,6 +111,9 @@ def classify(text: str, kafka: Kafka, code: str | None = None) -> Refusal | None
     if code in _AUTHZ_CODES or _AUTHZ_TEXT.search(text):
         match = _AUTHZ_TEXT.search(text)
         what = _AUTHZ_CODES.get(code or "") or (match[1].lower().rstrip("s") if match else "?")
+        if what == "cluster":  # e.g. an idempotent producer allowed to write nowhere
+            needs = "IDEMPOTENT_WRITE" if "idempoten" in text.lower() else None
+            return denied("the cluster", "", needs, quoted)
         name = (match[2].strip() if match else "") or "?"
         return denied(what, name, None, quoted)
     if code in _TLS_CODES or _TLS_TEXT.search(text):
@@ -130,7 +133,7 @@ def denied(resource: str, name: str, operation: str | None, detail: str = "") ->
     more = f" ({detail})" if detail else ""
     return Refusal("authorization",
                    f"authorization denied: the job's principal may not {operation or 'use'} "
-                   f"{resource} {name}{more}; grant it (README: Secured Kafka)")
+                   f"{f'{resource} {name}'.strip()}{more}; grant it (README: Secured Kafka)")
 
 
 def first_refusal(errors: Iterable[tuple[str | None, str]], kafka: Kafka) -> Refusal | None:

@@ -153,7 +153,9 @@ def cmd_gaps_resume(args: argparse.Namespace, settings: Settings) -> int:
     failed: list[Any] = []
     producer.produce(settings.topics.control, key="/".join(key).encode(), value=value,
                      on_delivery=lambda err, _msg: failed.append(err) if err else None)
-    if producer.flush(args.kafka_timeout) > 0 or failed:
+    left, fatal = kafka_clients.flush(producer, args.kafka_timeout)
+    failed = [*fatal, *failed]
+    if left > 0 or failed:
         raise kafka_clients.failure(
             settings, producer, seen, f"the control topic {settings.topics.control} did not "
             f"take the command within {args.kafka_timeout:g} s", *failed)

@@ -148,7 +148,8 @@ class ReplayProducer:
             self._producer.produce(topic, key=key, value=row["raw"], headers=headers,
                                    on_delivery=done(row))
             self._producer.poll(0)
-        self._producer.flush(self._timeout + 1)
+        _left, fatal = kafka_clients.flush(self._producer, self._timeout + 1)
+        errors = [*fatal, *errors]
         if errors or len(landed) != len(rows):
             why = str(errors[0]) if errors else "not acknowledged in time"
             raise kafka_clients.failure(

@@ -333,7 +333,9 @@ def send(settings: Settings, request: Request, timeout: float) -> None:
     producer.produce(settings.topics.requests, key=request.key.encode(), value=request.value,
                      headers=[("request", request.rt.encode()), ("origin", b"urbpipe-cli")],
                      on_delivery=lambda err, _msg: failed.append(err) if err else None)
-    if producer.flush(timeout + 1) > 0 or failed:
+    left, fatal = kafka_clients.flush(producer, timeout + 1)
+    failed = [*fatal, *failed]
+    if left > 0 or failed:
         why = str(failed[0]) if failed else "not acknowledged in time"
         raise kafka_clients.failure(settings, producer, seen,
                                     f"request not delivered to {settings.topics.requests} at "

@@ -84,3 +84,41 @@ def test_the_clients_carry_the_conf_security_and_the_callback() -> None:
         assert producer.flush(0) == 0  # made: librdkafka took every option
     finally:
         consumer.close()
+
+
+def test_an_idempotent_producer_allowed_to_write_nowhere_is_a_cluster_refusal() -> None:
+    """What the secured broker's ``nowrite`` user got from ``urbpipe gaps resume``: a fatal
+    error raised by flush, not a delivery report."""
+    seen = ClientErrors()
+    fatal = FakeError("CLUSTER_AUTHORIZATION_FAILED", "Failed to acquire idempotence PID from "
+                      "broker sasl_ssl://kafka:9094/1: Broker: Cluster authorization failed")
+    failure = kafka_clients.failure(_settings(), FakeClient(seen), seen, "not delivered", fatal)
+    assert isinstance(failure, KafkaRefused)
+    assert str(failure).startswith("authorization denied: the job's principal may not "
+                                   "IDEMPOTENT_WRITE the cluster ("), str(failure)
+
+
+class RaisingProducer:
+    """flush raising as confluent-kafka 2.16 does on a fatal error with a callback pending."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def flush(self, _timeout: float) -> int:
+        raise self.error
+
+    def __len__(self) -> int:
+        return 1
+
+
+def test_flush_returns_the_fatal_error_even_when_wrapped_in_a_system_error() -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    fatal = KafkaException(KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED, "denied",
+                                      fatal=True))
+    wrapped = SystemError("<method 'append' of 'list' objects> returned a result with an "
+                          "exception set")
+    wrapped.__cause__ = fatal
+    for raised in (fatal, wrapped):
+        left, errors = kafka_clients.flush(RaisingProducer(raised), 1.0)
+        assert left == 1 and [e.code() for e in errors] == [KafkaError.CLUSTER_AUTHORIZATION_FAILED]
