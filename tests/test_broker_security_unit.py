@@ -157,11 +157,16 @@ def test_client_settings_name_secrets_by_file_only(tmp_path: Path) -> None:
         broker.secure_client(settings, "admin", "mtls")
 
 
-def test_confluent_options_read_the_password_files(tmp_path: Path) -> None:
-    (tmp_path / "pw").write_text("s3cret\n")
-    assert sec.confluent_options({"sasl_username": "job", "sasl_password_file":
-                                  str(tmp_path / "pw"), "ssl_ca_location": "/ca.pem"}) == {
-        "sasl.username": "job", "sasl.password": "s3cret", "ssl.ca.location": "/ca.pem"}
+def test_the_admin_connection_goes_through_the_jobs_mapping_and_reads_the_password_file(
+        tmp_path: Path) -> None:
+    settings = _secured(str(tmp_path))
+    secure = broker.secure_dir(settings)
+    secure.mkdir(parents=True)
+    (secure / "admin.password").write_text("s3cret\n")
+    opts = broker._admin_options(settings)
+    assert opts["sasl.username"] == "admin" and opts["sasl.password"] == "s3cret"
+    assert opts["ssl.ca.location"] == str(secure / "ca.pem")
+    assert opts["security.protocol"] == "SASL_SSL" and opts["sasl.mechanism"] == "SCRAM-SHA-512"
 
 
 def test_secrets_are_written_owner_only(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import ConfigError, Settings, load_settings
+from pipeline.config import ConfigError, Kafka, Settings, load_settings
 from pipeline.ops import broker_security as sec
 from pipeline.ops.topic_check import partition_counts, problem, source_partitions
 
@@ -185,7 +185,8 @@ def _admin_options(settings: Settings) -> dict[str, str]:
     """The broker's own admin connection: ``kafka`` from conf, or admin over SCRAM for a
     secured local broker (its topics and ACLs are made as admin)."""
     if settings.kafka.local_broker.security.enabled:
-        return sec.confluent_options(sec.secure_client(settings, secure_dir(settings), sec.ADMIN))
+        admin = sec.secure_client(settings, secure_dir(settings), sec.ADMIN)
+        return Kafka.model_validate(admin).confluent()  # the job's own mapping
     return settings.kafka.confluent()
 
 

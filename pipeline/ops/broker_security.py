@@ -305,17 +305,6 @@ def secure_client(settings: Settings, secure: Path, user: str = "job",
             "ssl_key_password_file": str(secure / f"{user}.key.password")}
 
 
-def confluent_options(client: dict[str, str]) -> dict[str, str]:
-    """librdkafka options for ``secure_client``'s keys (the password files read)."""
-    opts = {}
-    for key, value in client.items():
-        if key.endswith("_file"):
-            opts[key.removesuffix("_file").replace("_", ".")] = Path(value).read_text().strip()
-        else:
-            opts[key.replace("_", ".")] = value
-    return opts
-
-
 def write_client_files(settings: Settings, secure: Path, user: str = "job") -> list[Path]:
     """``client-scram.yaml`` and ``client-mtls.yaml``: a ``kafka:`` section for the job."""
     written = []
