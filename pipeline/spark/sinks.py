@@ -88,6 +88,7 @@ class KafkaOut:
         try:
             self._ensure().list_topics(timeout=timeout_s)
         except KafkaException as exc:
+            self._producer.poll(0.5)  # librdkafka serves error_cb (the SASL/TLS errors) here
             refusal = self._errors.refusal(self._settings.kafka, *exc.args)
             if refusal is not None:  # a wrong password is not "cannot reach"
                 raise KafkaRefused(refusal.message) from None

@@ -214,3 +214,21 @@ def test_no_write_acl_on_the_request_topic_ends_the_job_at_start(
     client = broker.secure_client(secured_broker, "nowrite", "scram")
     line, settings = _refused(tmp_path, secured_broker, client)
     assert "WRITE" in line and settings.topics.requests in line, line
+
+
+def test_the_jobs_producer_names_a_wrong_password_too(secured_broker: Settings,
+                                                      tmp_path: Path) -> None:
+    """The producer of requests and alerts (``KafkaOut``) connects after the start check; a
+    refusal it meets (the password rotated in between) is named, not "cannot reach"."""
+    from pipeline.config import Kafka
+    from pipeline.ops.errors import KafkaRefused
+    from pipeline.spark.sinks import KafkaOut
+
+    wrong = tmp_path / "wrong.password"
+    wrong.write_text("rotated-" + uuid.uuid4().hex)
+    kafka = Kafka.model_validate({**broker.secure_client(secured_broker, "job", "scram"),
+                                  "sasl_password_file": str(wrong)})
+    with pytest.raises(KafkaRefused, match=r"^authentication failed: SASL SCRAM-SHA-512 as "
+                       r"'job'") as refused:
+        KafkaOut(secured_broker.model_copy(update={"kafka": kafka})).connect(timeout_s=10)
+    assert wrong.read_text() not in str(refused.value)
