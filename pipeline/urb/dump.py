@@ -19,11 +19,12 @@ from typing import Any, TextIO
 
 from .codepages import ASCII_CODEC, check_codepage, decode_text
 from .codes import describe_status, describe_subcode
-from .decode import ASCII_URBH, EBCDIC_URBH, decode_message
+from .decode import decode_message
 from .element import Element, Message
 from .errors import UrbFormatError
 from .layouts import ALL_TABLES, URBSU, URBSU_DETAIL, UTILITY_NAMES
 from .stck import stck_to_datetime
+from .walk import ASCII_URBH, EBCDIC_URBH
 
 _DESCRIBE = {
     "urbrtyp": {"D": "delete", "I": "insert", "R": "initial state", "U": "update"},

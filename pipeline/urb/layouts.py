@@ -302,7 +302,7 @@ VARIABLE: dict[str, tuple[str, str]] = {
 ALIGN = 4
 
 _INT_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
-_STRIP = " \x00"
+STRIP = " \x00"
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,7 +384,7 @@ def _builder(eye: str, rows: Sequence[Row], order: str) -> Callable[..., dict[st
         lines.append(f"    {', '.join(binary)}, = _unpack(data, off)")
     lines.append(f"    s = text[off:off + {size}]")
     lines.append("    return {" + ", ".join(items) + "}")
-    namespace: dict[str, Any] = {"_unpack": struct.Struct("".join(fmt)).unpack_from, "_S": _STRIP}
+    namespace: dict[str, Any] = {"_unpack": struct.Struct("".join(fmt)).unpack_from, "_S": STRIP}
     exec("\n".join(lines), namespace)  # source built from the tables above only
     return namespace["build"]
 

@@ -7,11 +7,15 @@ Kafka partition: a scan checks what the full decoder checks about the message's 
 (header eye-catcher, version, byte order, URBHLEN/URBHLENT, every element's length) and reads
 only the name fields routing needs, about a fifth of the work (BENCHMARKS.md).
 
-A structurally bad message raises exactly the full decoder's :class:`UrbFormatError` (the
-scan runs the decoder to word it). What a scan does not look at (URBD/URBS/URBF variable
-parts, characters a custom code page cannot decode outside the name fields) the full decode
-in the state stage still finds; tests check that scan and decode agree on every message both
-accept.
+The scan walks the message with the decoder's own walk (``walk``: header, element chain), so
+a structurally bad message raises exactly the full decoder's :class:`UrbFormatError`. Where
+the decoder would have refused the message earlier, for something the scan does not look at
+(an earlier element's variable part, a character a custom code page cannot decode),
+``walk.first_error`` finds that error and words it as the decoder does, without decoding.
+What a scan does not look at in a message it accepts (URBD/URBS/URBI/URBF variable parts,
+characters a custom code page cannot decode outside the name fields) the full decode in the
+state stage still finds; tests check that scan and decode agree on every message both accept
+and refuse a message in the same words.
 """
 
 from __future__ import annotations
@@ -19,12 +23,12 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import NamedTuple, NoReturn
+from typing import NamedTuple
 
 from .codepages import ASCII_CODEC, LATIN1_TABLES, check_codepage
-from .decode import _ELEMENT_MIN, _FORMS, _MIN_HEADER, decode_message
 from .errors import UrbFormatError
-from .layouts import _STRIP, ELEMENT_TABLES
+from .layouts import ELEMENT_TABLES, STRIP
+from .walk import FORMS, Form, elements, first_error, form_of, frame
 
 #: The fields that tell an element's key (see pipeline/spark/decode_stage.py).
 ROUTING_FIELDS: Mapping[str, frozenset[str]] = MappingProxyType({
@@ -37,12 +41,6 @@ _SPECS: Mapping[str, tuple[tuple[str, int, int], ...]] = MappingProxyType({
                if name in names)
     for eye, names in ROUTING_FIELDS.items()})
 _NO_FIELDS: Mapping[str, str] = MappingProxyType({})
-# eye-catcher bytes -> name, per text form (EBCDIC or ASCII); unknown ones are skipped, as
-# the full decoder skips them (with a warning the state stage reports).
-_EYES: Mapping[bool, Mapping[bytes, str]] = MappingProxyType({
-    ebcdic: MappingProxyType({eye.encode("cp037" if ebcdic else "ascii"): eye
-                              for eye in ELEMENT_TABLES})
-    for ebcdic in (True, False)})
 
 
 #: Binary fields that route an element: a GFFT (URBF) that no data element of its message
@@ -65,9 +63,32 @@ class ScannedElement(NamedTuple):
     fields: Mapping[str, str | int]
 
 
+_Specs = tuple[tuple[str, int, int], ...]
+
+
+#: What the scan reads of one kind of element: (eye, text routing fields, binary routing
+#: fields, bare), ``bare`` being its one scanned element when it has no routing fields
+#: (shared: it is immutable). A plain tuple: CPython unpacks an exact tuple fastest.
+_Plan = tuple[str, "_Specs | None", "_Specs | None", "ScannedElement | None"]
+
+
+def _plans(form: Form) -> Mapping[bytes, _Plan]:
+    """Eye-catcher bytes -> plan, for the form's known kinds."""
+    out: dict[bytes, _Plan] = {}
+    for eyeb, eye in form.eyes.items():
+        text, binary = _SPECS.get(eye), _BINARY_SPECS.get(eye)
+        bare = ScannedElement(eye, _NO_FIELDS) if not text and not binary else None
+        out[eyeb] = (eye, text, binary, bare)
+    return MappingProxyType(out)
+
+
+_PLANS: Mapping[Form, Mapping[bytes, _Plan]] = MappingProxyType(
+    {form: _plans(form) for form in FORMS.values()})
+
+
 def scan_header(data: bytes) -> tuple[int, int]:
     """(URBHMSNR, URBHTIME) of a message ``scan_message`` accepted; (0, 0) for another."""
-    form = _FORMS.get(data[:4] + data[8:12]) if len(data) >= _MSNR_AT + 12 else None
+    form = form_of(data) if len(data) >= _MSNR_AT + 12 else None
     if form is None:
         return 0, 0
     msnr, htime = _HEADER[form.big].unpack_from(data, _MSNR_AT)
@@ -81,36 +102,31 @@ def scan_message(data: bytes, *, codepage: str = "cp037") -> list[ScannedElement
     """
     if type(data) is not bytes:
         data = bytes(data)
-    n = len(data)
-    form = _FORMS.get(data[:4] + data[8:12]) if n >= _MIN_HEADER else None
-    if form is None:
-        _fail(data, codepage)
-    hlen, lent = form.lengths(data, 4)
-    if lent != n or hlen < _MIN_HEADER or hlen > n:
-        _fail(data, codepage)
+    form, start = frame(data)
     table = LATIN1_TABLES.get(codepage) if form.ebcdic else None
     if form.ebcdic and table is None:
         check_codepage(codepage)  # an unknown code page: the decoder's ValueError
-    eyes = _EYES[form.ebcdic]
-    eyelen = form.eyelen
+    plans = _PLANS[form]
     out: list[ScannedElement] = []
-    off = hlen
-    while off < n:
-        if n - off < _ELEMENT_MIN:
-            _fail(data, codepage)
-        eyeb, ln = eyelen(data, off)
-        if ln < _ELEMENT_MIN or off + ln > n:
-            _fail(data, codepage)
-        eye = eyes.get(eyeb)
-        if eye is not None:
-            specs = _SPECS.get(eye)
+    append = out.append
+    try:
+        for off, eyeb, ln in elements(data, form, start):
+            plan = plans.get(eyeb)
+            if plan is None:  # unknown: skipped, as the full decoder skips it (with a warning)
+                continue
+            eye, specs, binary, bare = plan
+            if bare is not None:
+                append(bare)
+                continue
             fields = _fields(data, off, ln, specs, form.ebcdic, table,
                              codepage) if specs else _NO_FIELDS
-            binary = _BINARY_SPECS.get(eye)
             if binary:
                 fields = {**fields, **_numbers(data, off, ln, binary, form.big)}
-            out.append(ScannedElement(eye, fields))
-        off += ln
+            append(ScannedElement(eye, fields))
+    except UrbFormatError as exc:
+        # The decoder may have refused the message before this point, for what the scan
+        # does not look at: say what it would have said.
+        raise (first_error(data, codepage=codepage) or exc) from None
     return out
 
 
@@ -129,9 +145,9 @@ def _fields(data: bytes, off: int, ln: int, specs: tuple[tuple[str, int, int], .
         else:
             try:
                 text = raw.decode(check_codepage(codepage))
-            except UnicodeDecodeError:
-                _fail(data, codepage)
-        out[name] = text.rstrip(_STRIP)
+            except UnicodeDecodeError:  # the decoder refuses the message's text
+                raise UrbFormatError(off + start, "undecodable character") from None
+        out[name] = text.rstrip(STRIP)
     return out
 
 
@@ -141,9 +157,3 @@ def _numbers(data: bytes, off: int, ln: int, specs: tuple[tuple[str, int, int], 
     order = "big" if big else "little"
     return {name: int.from_bytes(data[off + start:off + start + length], order)
             for name, start, length in specs if start + length <= ln}
-
-
-def _fail(data: bytes, codepage: str) -> NoReturn:
-    """Raise the full decoder's error for a message the scan found malformed."""
-    decode_message(data, codepage=codepage)
-    raise UrbFormatError(0, "malformed message")  # the decoder accepted it: never expected
