@@ -25,32 +25,95 @@
   definition": the definition's file is not specified in the request).
 - OPND/CLSD: open or close the destination; OPND/OPEN or CLSD/CLOS to the reply destination
   (or the destination itself); 131/26 for an unknown destination.
+
+The responder works on what :class:`ReplicatorView` declares (the replicator passes itself),
+so it imports nothing of the replicator: the imports go one way, replicator -> responder.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
-from pipeline.sim.clock import stck
+from pipeline.sim.clock import Clock, stck
 from pipeline.sim.elements import Part, TxFlags, status_part
-from pipeline.sim.model import InitialStateDef, Subscription
-from pipeline.sim.outbox import Delivery
+from pipeline.sim.model import InitialStateDef, SimConfig, Subscription
+from pipeline.sim.outbox import Delivery, Outbox
 from pipeline.sim.payloads import encode_record
-from pipeline.sim.transactions import REFRESH, RSP_ISN_NOT_FOUND, RecordChange, Transaction
+from pipeline.sim.resend import ResendBuffer
+from pipeline.sim.transactions import (
+    REFRESH,
+    RSP_ISN_NOT_FOUND,
+    RecordChange,
+    Transaction,
+    TransactionGenerator,
+)
 from pipeline.urb import Element, UrbFormatError, decode_message
 from pipeline.urb.requests import validate_isns
-
-if TYPE_CHECKING:
-    from pipeline.sim.replicator import Replicator
 
 RSP = 131
 TRAN_DEST_ERRORS = frozenset({34, 35, 37, 39, 40, 41, 42, 43})
 INITIAL_STATE_GUID = b"\x11" * 4 + b"\x22" * 4
 
 
-def answer(rep: Replicator, request: bytes) -> list[Delivery]:
+class SentState(Protocol):
+    """What STAT reports of a subscription: the last tsnr sent and that transaction's commit
+    and processing times (0 before the first)."""
+
+    @property
+    def tsnr(self) -> int: ...
+
+    @property
+    def commit(self) -> int: ...
+
+    @property
+    def processed(self) -> int: ...
+
+
+class ReplicatorView(Protocol):
+    """What answering a request needs of the replicator: its definitions, clock, destinations
+    (outbox), current records (for initial state), what it sent per subscription, its resend
+    buffers and its two ways of sending."""
+
+    @property
+    def config(self) -> SimConfig: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def outbox(self) -> Outbox: ...
+
+    @property
+    def generator(self) -> TransactionGenerator: ...
+
+    @property
+    def states(self) -> Mapping[str, SentState]: ...
+
+    def resend_buffer(self, sub: Subscription) -> ResendBuffer | None:
+        """The subscription's resend buffer, None when it has none."""
+        ...
+
+    def send_transaction(
+        self,
+        sub: Subscription,
+        tx: Transaction,
+        tsnr: int,
+        flags: TxFlags,
+        destinations: Sequence[str],
+    ) -> list[Delivery]:
+        """Send one transaction in messages of its own (resends, initial-state data)."""
+        ...
+
+    def send_status(
+        self, destinations: Sequence[str], key: str, part_factory: Callable[[str], Part]
+    ) -> list[Delivery]:
+        """One URBS message to each destination (once each), in the destination's form."""
+        ...
+
+
+def answer(rep: ReplicatorView, request: bytes) -> list[Delivery]:
     """Every URBI of one request message, answered in order; undecodable input is ignored."""
     try:
         message = decode_message(request)
@@ -71,7 +134,7 @@ def answer(rep: Replicator, request: bytes) -> list[Delivery]:
 
 
 def _status(
-    rep: Replicator, dests: list[str], key: str, rt: str, st: str, **fields: Any
+    rep: ReplicatorView, dests: list[str], key: str, rt: str, st: str, **fields: Any
 ) -> list[Delivery]:
     known = [d for d in dests if d and rep.outbox.knows(d)]
     at = rep.clock.now()  # one status event: the same URBSTIME on every destination
@@ -85,7 +148,7 @@ def _status(
 # -- TRAN ------------------------------------------------------------------------------------
 
 
-def _tran(rep: Replicator, urbi: Element) -> list[Delivery]:
+def _tran(rep: ReplicatorView, urbi: Element) -> list[Delivery]:
     snam, dnam, rnam, tsnr = (
         urbi.urbisnam or "",
         urbi.urbidnam or "",
@@ -109,7 +172,7 @@ def _tran(rep: Replicator, urbi: Element) -> list[Delivery]:
     return out + _status(rep, [rnam], snam, "TRAN", "TRSP", **fields)
 
 
-def _tran_check(rep: Replicator, snam: str, dnam: str) -> tuple[Subscription | None, int]:
+def _tran_check(rep: ReplicatorView, snam: str, dnam: str) -> tuple[Subscription | None, int]:
     sub = rep.config.subscription(snam)
     if sub is None:
         return None, 32
@@ -125,7 +188,7 @@ def _tran_check(rep: Replicator, snam: str, dnam: str) -> tuple[Subscription | N
 # -- STAT ------------------------------------------------------------------------------------
 
 
-def _stat(rep: Replicator, urbi: Element) -> list[Delivery]:
+def _stat(rep: ReplicatorView, urbi: Element) -> list[Delivery]:
     snam, dnam, rnam = urbi.urbisnam or "", urbi.urbidnam or "", urbi.urbirnam or ""
     token = urbi.urbirtok or ""
     pairs, subc = _stat_pairs(rep, snam, dnam)
@@ -162,7 +225,7 @@ def _stat(rep: Replicator, urbi: Element) -> list[Delivery]:
 
 
 def _stat_pairs(
-    rep: Replicator, snam: str, dnam: str
+    rep: ReplicatorView, snam: str, dnam: str
 ) -> tuple[list[tuple[Subscription, str]], int]:
     if not snam and not dnam:
         return [], 7
@@ -178,7 +241,7 @@ def _stat_pairs(
 # -- OPND / CLSD -----------------------------------------------------------------------------
 
 
-def _destination(rep: Replicator, urbi: Element) -> list[Delivery]:
+def _destination(rep: ReplicatorView, urbi: Element) -> list[Delivery]:
     rt, dnam, rnam = urbi.urbirt, urbi.urbidnam or "", urbi.urbirnam or ""
     st = "OPEN" if rt == "OPND" else "CLOS"
     reply = [rnam] if rep.outbox.knows(rnam) else [dnam]
@@ -195,7 +258,7 @@ def _destination(rep: Replicator, urbi: Element) -> list[Delivery]:
 # -- INST ------------------------------------------------------------------------------------
 
 
-def _inst(rep: Replicator, urbis: list[Element]) -> list[Delivery]:
+def _inst(rep: ReplicatorView, urbis: list[Element]) -> list[Delivery]:
     """One INST request message: every file of the definition, or one ERRO."""
     first = urbis[0]
     inam, rnam, token = first.urbiinam or "", first.urbirnam or "", first.urbirtok or ""
@@ -222,7 +285,7 @@ def _inst(rep: Replicator, urbis: list[Element]) -> list[Delivery]:
     return out + replies("CMPL")
 
 
-def _inst_check(rep: Replicator, urbis: list[Element]) -> tuple[list[Subscription], int]:
+def _inst_check(rep: ReplicatorView, urbis: list[Element]) -> tuple[list[Subscription], int]:
     first = urbis[0]
     definition = rep.config.initial_state(first.urbiinam or "")
     if definition is None:
@@ -276,7 +339,7 @@ def _selection_error(definition: InitialStateDef, urbi: Element) -> int:
 
 
 def _pseudo_transactions(
-    rep: Replicator, sub: Subscription, fnr: int, isns: list[int | tuple[int, int]] | None
+    rep: ReplicatorView, sub: Subscription, fnr: int, isns: list[int | tuple[int, int]] | None
 ) -> Iterator[Transaction]:
     """The file's current records as pseudo-transactions of initial_state_chunk records."""
     chunk: list[RecordChange] = []
@@ -289,14 +352,14 @@ def _pseudo_transactions(
         yield _pseudo(rep, sub, chunk)
 
 
-def _pseudo(rep: Replicator, sub: Subscription, records: list[RecordChange]) -> Transaction:
+def _pseudo(rep: ReplicatorView, sub: Subscription, records: list[RecordChange]) -> Transaction:
     commit = rep.clock.advance(50)
     guid = INITIAL_STATE_GUID + stck(commit).to_bytes(8, "big") + bytes(12)
     return Transaction(sub.name, sub.dbid, commit, rep.clock.advance(100), guid, tuple(records))
 
 
 def _selected(
-    rep: Replicator, sub: Subscription, fnr: int, isns: list[int | tuple[int, int]] | None
+    rep: ReplicatorView, sub: Subscription, fnr: int, isns: list[int | tuple[int, int]] | None
 ) -> Iterator[RecordChange]:
     records = rep.generator.file(sub.name, fnr)
     existing = records.sorted_isns()
