@@ -4,7 +4,7 @@ exactly as README "Running on a real cluster" says (``cluster.RECIPE``), against
 on the test broker.
 
 What it proves: spark-submit's ``--master`` and ``--driver-memory`` win over conf/test.yaml's
-``local[2]`` and 2g (the issue-15 bug: conf won, and the job ran on the driver alone); the
+``local[2]`` and 2g (a bug this test caught: conf won, and the job ran on the driver alone); the
 application got the worker's core and its tasks ran in an executor JVM the worker started,
 which fetched ``--py-files`` and ``--jars``; every transaction lands once, as the simulator
 sent it; SIGTERM to the driver stops it with exit code 0, and nothing is left running.

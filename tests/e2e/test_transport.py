@@ -1,6 +1,7 @@
-"""Issue 14 end to end: what a real replicator and MQ→Kafka connector deliver, through the real
-broker, Spark and Delta, with the simulator's real-world defaults (no Kafka key, statuses
-without names, a TOD clock on UTC+1 with leap seconds, a circular resend buffer).
+"""The real transport end to end: what a real replicator and MQ→Kafka connector deliver,
+through the real broker, Spark and Delta, with the simulator's real-world defaults (no Kafka
+key, statuses without names, a TOD clock on UTC+1 with leap seconds, a circular resend
+buffer).
 
 1. a source topic with three partitions: the job refuses to start (exit 2, one line);
 2. the connector re-produces batches far back: nothing lands twice, nothing is asked for;

@@ -86,7 +86,7 @@ def test_a_destination_wide_status_lands_once_and_restarts_every_subscription(st
 
 
 def test_a_gfft_of_its_own_goes_to_every_subscription_covering_its_file() -> None:
-    """Issue 14.8: a GFFT message names no subscription; with a null Kafka key it used to
+    """A GFFT message names no subscription; with a null Kafka key it used to
     land under subscription "" and never apply."""
     def gfft(fnr: int) -> bytes:
         return encode_message(None, [make_element("URBF", urbfdbid=10006, urbffnr=fnr,

@@ -24,7 +24,7 @@ def kinds(h: Harness) -> Counter:
 
 
 def test_redelivered_batches_land_nothing_twice_and_ask_for_nothing() -> None:
-    """Issue 14.2: the connector re-produces batches of up to thousands of messages."""
+    """The connector (at least once) re-produces batches of up to thousands of messages."""
     config = sim_config("mixed").model_copy(update={"redelivery_max_messages": 400})
     rep, out, sent = simulate(config, 300, seed=8, faults=FaultPlan(counts={"redeliver": 4}))
     _, clean, _ = simulate(config, 300, seed=8)
@@ -61,7 +61,7 @@ def test_redeliveries_restarts_and_losses_together_land_once_or_are_told() -> No
 
 
 def test_a_stalled_connector_delays_a_continuation_and_nothing_is_lost() -> None:
-    """Issue 14.9: a continuation held ten minutes; the destination's later messages are
+    """A stalled connector holds a continuation ten minutes; the destination's later messages are
     held behind it, so nothing proves it lost and it completes its transaction."""
     config = sim_config("ebcdic", max_message_size=SMALLEST_MESSAGE)
     rep, out, sent = simulate(config, 30, seed=3, faults=FaultPlan(counts={"stall": 2}))
@@ -74,10 +74,11 @@ def test_a_stalled_connector_delays_a_continuation_and_nothing_is_lost() -> None
 
 
 def test_unkeyed_records_on_three_partitions_land_once_and_are_flagged() -> None:
-    """Issue 14.1 as the job would meet it if the start check were bypassed (on main: 1 of 40
-    landed, ~160 requests, every gap unrecoverable): commit times tell the scrambled order
-    from restarts, so everything lands once and the gap fills; the holes in URBHMSNR tell
-    the operator that the order is broken (the storm breaker's own test: test_transport)."""
+    """Unkeyed records on a topic with three partitions, as the job would meet them if the start
+    check were bypassed (before commit times were compared: 1 of 40 landed, ~160 requests,
+    every gap unrecoverable): commit times tell the scrambled order from restarts, so
+    everything lands once and the gap fills; the holes in URBHMSNR tell the operator that
+    the order is broken (the storm breaker's own test: test_transport)."""
     config = sim_config("ebcdic", subscriptions=("COLOR",))
     rep, out, sent = simulate(config, 120, seed=1)
     h = run_harness(rep, out, partitions=3, cuts=[30] * 4)

@@ -216,7 +216,7 @@ def test_partial_is_lost_once_the_destination_moved_on() -> None:
 
 
 def test_a_stalled_connector_reports_the_partial_lost_but_the_late_continuation_lands() -> None:
-    """Issue 14.9: the connector stalls in the middle of a transaction and sends nothing.
+    """The connector stalls in the middle of a transaction and sends nothing.
     After ``partial_stall_ms`` of processing time the partial is reported lost and asked
     for, but kept: its real continuation, when it comes, completes it (the resend that
     follows is then a duplicate)."""

@@ -118,7 +118,7 @@ LOCAL_TOD = (27 + 3600) * 1_000_000  # a TOD clock with 27 leap seconds, set to 
 
 
 def test_a_tod_clock_on_local_time_is_no_evidence_once_its_offset_is_configured() -> None:
-    """Issue 14.12: URBHTIME is machine time; a TOD clock an hour ahead makes every message
+    """URBHTIME is machine time; a TOD clock an hour ahead makes every message
     look sent an hour after our requests (processing time, UTC). With the offset configured
     the lagging job still waits; without, the verdict comes at once (the measured fault)."""
     for offset, verdict in ((LOCAL_TOD, False), (0, True)):

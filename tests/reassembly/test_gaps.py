@@ -88,7 +88,7 @@ def test_retries_back_off_then_gap_is_unrecoverable() -> None:
 
 
 def test_resend_after_gap_was_settled_lands_as_a_late_fill() -> None:
-    """Issue 14.5: a resend that arrives after its gap was given up never landed: it lands
+    """A resend that arrives after its gap was given up never landed: it lands
     (gap state filled_late, the tsnrs still lost named), and a second copy is a duplicate."""
     from pipeline.reassembly.events import DuplicateDropped, EpochStarted, GapFilledLate
 
@@ -108,7 +108,7 @@ def test_resend_after_gap_was_settled_lands_as_a_late_fill() -> None:
 
 @pytest.mark.parametrize("subc", [34, 35, 37])
 def test_trsp_error_settles_only_its_own_tsnr(subc: int) -> None:
-    """Issue 14.4: the resend buffer is circular; a TRSP error for the oldest tsnr of a gap
+    """The resend buffer is circular; a TRSP error for the oldest tsnr of a gap
     says nothing about the newer ones, whose resends do arrive and land."""
     h, feed = with_gap()
     events = h.feed(statuses(feed, trsp(3, subc, rtok="TOK1")))
@@ -148,7 +148,7 @@ def test_trsp_error_a_retry_cannot_fix_is_settled_at_once_with_a_critical_alert(
 
 
 def test_trsp_36_parks_the_tsnr_until_the_subscription_is_active_again() -> None:
-    """Issue 14.11: 'subscription not active' is not final: the tsnr is not asked for while
+    """TRSP subcode 36, 'subscription not active', is not final: the tsnr is not asked for while
     parked, and asked again when a REAC (or a SUBS with response 0) shows it active."""
     from tests.reassembly.builders import status
 

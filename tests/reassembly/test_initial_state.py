@@ -276,7 +276,7 @@ def test_a_state_saved_before_inst_tracking_existed_still_loads() -> None:
 
 
 def test_a_multi_file_definition_asks_in_one_request_naming_every_file() -> None:
-    """Issue 14.7: seed 000 wants a URBI per file of the definition in one message; a file
+    """Seed 000 wants a URBI per file of the definition in one message; a file
     without unverified ISNs is named too (it selects nothing)."""
     two = InitialStateTarget("COLOR", "ICOLOR", 10006, (4, 9), (DEST,))
     h, feed = with_gap(replace(CFG, initial_states=(two,)))
@@ -291,7 +291,7 @@ def test_a_multi_file_definition_asks_in_one_request_naming_every_file() -> None
 
 
 def test_a_lost_pseudo_transaction_makes_its_request_incomplete_and_asks_again() -> None:
-    """Issue 14.6: the continuation of a pseudo-transaction is lost; at CMPL the request is
+    """The continuation of an initial-state pseudo-transaction is lost; at CMPL the request is
     reported incomplete (warning) and the job asks again for the same ISNs."""
     h, feed = with_gap()
     h.feed(feed.send(resend_of(txn(3, n_records=2))))

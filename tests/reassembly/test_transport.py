@@ -111,7 +111,7 @@ def test_a_redelivered_open_transaction_is_not_lost() -> None:
 # -- 3. destination-wide STRT ----------------------------------------------------------------
 
 def test_transactions_lost_right_after_start_are_a_gap() -> None:
-    """Issue 14.3: STRT names no subscription; its echo reaches the key, so tsnrs 1-2 lost
+    """STRT names no subscription; its echo reaches the key, so tsnrs 1-2 lost
     after it are a gap and requested."""
     h = Harness(CFG)
     feed = Feed()
@@ -144,7 +144,7 @@ def run_row(feed: Feed, first: int, last: int, htime: int = 0) -> ElementRow:
 
 
 def test_a_hole_in_the_destination_s_message_numbers_is_a_messages_gap() -> None:
-    """Issue 14.10: a lost status-only message has no tsnr; the destination key sees the
+    """A lost status-only message has no tsnr; the destination key sees the
     URBHMSNR runs and reports the hole (warning, a gaps row of kind messages)."""
     h = Harness(CFG)
     feed = Feed()
@@ -180,7 +180,7 @@ def test_a_redelivery_from_before_a_restart_is_no_hole_in_the_new_numbering() ->
 
 
 def test_an_idle_key_asks_stat_and_a_subs_reveals_the_lost_last_transaction() -> None:
-    """Issue 14.10: the last transaction before an idle period was lost; after
+    """The last transaction before an idle period was lost; after
     ``stat_interval_ms`` the key asks STAT; the SUBS on its own topic names tsnr 3."""
     h = Harness(ReassemblyConfig(request_token="TOK1", stat_interval_ms=60_000), now_ms=0)
     feed = Feed()

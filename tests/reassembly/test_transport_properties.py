@@ -222,8 +222,9 @@ def test_every_committed_transaction_lands_once_or_is_settled_and_no_false_epoch
 
 
 def test_a_redelivery_far_back_lands_nothing_twice_and_asks_for_nothing() -> None:
-    """Issue 14.2 as measured on main: 20 transactions redelivered 2,300 tsnrs back gave a
-    false epoch, the 20 landed twice and hundreds of TRAN requests. Now: duplicates only."""
+    """The connector's redelivery of a batch, as measured before commit times told copies from
+    restarts: 20 transactions redelivered 2,300 tsnrs back gave a false epoch, the 20 landed
+    twice and hundreds of TRAN requests. Now: duplicates only."""
     rep = Replicator(buffer_size=64)
     h = Harness(CONFIG, now_ms=0)
     rep.restart()

@@ -175,7 +175,7 @@ def test_restart_and_term_name_no_destination_either() -> None:
 
 
 def test_gfft_messages_name_no_subscription() -> None:
-    """Issue 14.8: a GFFT travels in a message of its own; without a key nothing in it (key,
+    """A GFFT travels in a message of its own; without a key nothing in it (key,
     URBH, URBF, URBGs) names the subscription whose layout it describes."""
     config = default_config().model_copy(update={"gfft_files": (4, 9, 20)})
     out = Replicator(config, seed=2).start()

@@ -35,7 +35,7 @@ def version(fb: str, created: int, gfid: str = "GFB") -> RecordLayout:
 
 
 def test_packed_and_binary_lengths_map_to_widenings_delta_does_in_place() -> None:
-    """P4 → P6 and B2 → B4 (the issue's examples) as the layouts type them."""
+    """P4 → P6 and B2 → B4 (a packed and a binary field made longer) as the layouts type them."""
     p4 = column_types(parse_format_buffer("AB,4,P.", COLUMNS))["amount"]
     p6 = column_types(parse_format_buffer("AB,6,P.", COLUMNS))["amount"]
     b2 = column_types(parse_format_buffer("AC,2,B.", COLUMNS))["count"]
