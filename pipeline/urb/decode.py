@@ -169,10 +169,10 @@ _Kind = tuple[
 
 class _Kinds(NamedTuple):
     """What the decoder builds for one message form: the header's layout and each element
-    kind, by eye-catcher bytes."""
+    kind, by eye-catcher bytes (a plain dict, read on every element: private, never changed)."""
 
     header: Layout
-    dispatch: Mapping[bytes, _Kind]
+    dispatch: dict[bytes, _Kind]
 
 
 def _kinds(form: Form) -> _Kinds:
@@ -181,10 +181,10 @@ def _kinds(form: Form) -> _Kinds:
     for eyeb, eye in form.eyes.items():
         layout = layouts[eye]
         dispatch[eyeb] = (layout.full.build, layout.size, layout.by_len, eye, _POST.get(eye))
-    return _Kinds(header=layouts["URBH"], dispatch=MappingProxyType(dispatch))
+    return _Kinds(header=layouts["URBH"], dispatch=dispatch)
 
 
-_KINDS: Mapping[Form, _Kinds] = MappingProxyType({form: _kinds(form) for form in FORMS.values()})
+_KINDS: dict[Form, _Kinds] = {form: _kinds(form) for form in FORMS.values()}  # never changed
 
 
 def decode_message(data: bytes, *, codepage: str = "cp037") -> Message:
