@@ -17,7 +17,7 @@ the same framing with the same words, and the rules live in one place:
 
 The decoder meets these checks in message order: header, text, then element by element the
 chain and the element's variable part. :func:`first_error` runs them in that order without
-building any element, so a reader that looks at less than the decoder (the scan) can word a
+building elements, so a reader that looks at less than the decoder (the scan) can word a
 refusal exactly as the decoder would.
 """
 
@@ -30,7 +30,7 @@ from typing import Any
 
 from .codepages import ASCII_CODEC, LATIN1_TABLES, check_codepage, decode_text
 from .errors import UrbFormatError
-from .layouts import ELEMENT_TABLES, VARIABLE
+from .layouts import BIG, ELEMENT_TABLES, LITTLE, VARIABLE
 
 EBCDIC_URBH = b"\xe4\xd9\xc2\xc8"
 ASCII_URBH = b"URBH"
@@ -192,61 +192,37 @@ def check_groups(count: int, size: int, start: int, off: int, ln: int) -> None:
 
 #: The fixed part of each element with variable data (the decoder's header size for a zero
 #: header length).
-FIXED_SIZE: Mapping[str, int] = MappingProxyType({
-    eye: rows[-1][0] + rows[-1][3] for eye, rows in ELEMENT_TABLES.items() if eye in VARIABLE})
-_GROUP_FIELDS = ("urbfcntg", "urbfleng")
+FIXED_SIZE: Mapping[str, int] = MappingProxyType({eye: BIG[eye].size for eye in VARIABLE})
 
 
-def _binary_fields(eye: str, names: tuple[str, ...]) -> tuple[tuple[str, int, str], ...]:
-    """(name, offset, struct code) of binary fields of ``eye``'s DSECT."""
-    codes = {1: "B", 2: "H", 4: "I", 8: "Q"}
-    rows = {name: (off, typ, length) for off, name, typ, length in ELEMENT_TABLES[eye]}
-    out = []
-    for name in names:
-        off, typ, length = rows[name]
-        code = codes[length]
-        out.append((name, off, code.lower() if typ == "I" else code))
-    return tuple(out)
-
-
-_CHECKED: Mapping[str, tuple[tuple[str, int, str], ...]] = MappingProxyType({
-    eye: _binary_fields(eye, names + (_GROUP_FIELDS if eye == "URBF" else ()))
-    for eye, names in VARIABLE.items()})
-
-
-def _read(data: bytes, off: int, ln: int, big: bool,
-          specs: tuple[tuple[str, int, str], ...]) -> dict[str, int]:
-    """The binary fields that fit into the element, as the decoder's builder reads them."""
-    order = ">" if big else "<"
-    return {name: struct.unpack_from(order + code, data, off + at)[0]
-            for name, at, code in specs if at + struct.calcsize(code) <= ln}
-
-
-def check_element(data: bytes, form: Form, eye: str, off: int, ln: int) -> None:
-    """The decoder's checks of one element's variable part and groups (nothing to check for
-    kinds without one)."""
-    specs = _CHECKED.get(eye)
-    if specs is None:
+def _check_element(data: bytes, text: str, form: Form, eye: str, off: int, ln: int) -> None:
+    """The decoder's checks of one element's variable part and groups, on the fields its own
+    builder reads (nothing to check for kinds without a variable part)."""
+    names = VARIABLE.get(eye)
+    if names is None:
         return
-    hname, dname = VARIABLE[eye]
-    fields = _read(data, off, ln, form.big, specs)
-    start, _end = variable_span(fields, hname, dname, FIXED_SIZE[eye], off, ln, eye)
+    fields = (BIG if form.big else LITTLE)[eye].variant(ln).build(data, text, off)
+    start, _end = variable_span(fields, *names, FIXED_SIZE[eye], off, ln, eye)
     if eye == "URBF":
         check_groups(fields.get("urbfcntg") or 0, fields.get("urbfleng") or 0, start, off, ln)
 
 
 def first_error(data: bytes, *, codepage: str = "cp037") -> UrbFormatError | None:
     """The error the full decoder raises for ``data`` (None if it raises none), found in the
-    decoder's order without building any element: header, text, then per element its place
-    in the chain and its variable part."""
+    decoder's order without building elements: header, text, then per element its place in
+    the chain and, for the kinds with one, its variable part.
+
+    For a reader that looks at less than the decoder (the scan) to word a refusal exactly as
+    the decoder would; only called when something is wrong, so not written for speed.
+    """
     try:
         form, start = frame(data)
-        message_text(data, form.ebcdic, codepage)
+        text = message_text(data, form.ebcdic, codepage)
         eyes = form.eyes
         for off, eyeb, ln in elements(data, form, start):
             eye = eyes.get(eyeb)
             if eye is not None:
-                check_element(data, form, eye, off, ln)
+                _check_element(data, text, form, eye, off, ln)
     except UrbFormatError as exc:
         return exc
     return None
