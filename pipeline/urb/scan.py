@@ -72,18 +72,18 @@ _Specs = tuple[tuple[str, int, int], ...]
 _Plan = tuple[str, "_Specs | None", "_Specs | None", "ScannedElement | None"]
 
 
-def _plans(form: Form) -> Mapping[bytes, _Plan]:
+def _plans(form: Form) -> dict[bytes, _Plan]:
     """Eye-catcher bytes -> plan, for the form's known kinds."""
     out: dict[bytes, _Plan] = {}
     for eyeb, eye in form.eyes.items():
         text, binary = _SPECS.get(eye), _BINARY_SPECS.get(eye)
         bare = ScannedElement(eye, _NO_FIELDS) if not text and not binary else None
         out[eyeb] = (eye, text, binary, bare)
-    return MappingProxyType(out)
+    return out
 
 
-_PLANS: Mapping[Form, Mapping[bytes, _Plan]] = MappingProxyType(
-    {form: _plans(form) for form in FORMS.values()})
+# Plain dicts, read on every element: private, never changed.
+_PLANS: dict[Form, dict[bytes, _Plan]] = {form: _plans(form) for form in FORMS.values()}
 
 
 def scan_header(data: bytes) -> tuple[int, int]:
