@@ -68,17 +68,21 @@ class Form:
         return f"<Form {'EBCDIC' if self.ebcdic else 'ASCII'}/{'BE' if self.big else 'LE'}>"
 
 
-#: URBHEYE + URBHVERS + URBHBORD (8 bytes) -> form. Any other combination is an error.
-FORMS: Mapping[bytes, Form] = MappingProxyType({
+# Read on every message: plain dicts, private, never changed (FORMS is the public view).
+_FORMS: dict[bytes, Form] = {
     (EBCDIC_URBH if e else ASCII_URBH) + _VERS[e] + (_BORD_BIG if b else _BORD_LITTLE): Form(e, b)
     for e in (True, False)
     for b in (True, False)
-})
+}
+_LATIN1: dict[str, bytes] = dict(LATIN1_TABLES)
+
+#: URBHEYE + URBHVERS + URBHBORD (8 bytes) -> form. Any other combination is an error.
+FORMS: Mapping[bytes, Form] = MappingProxyType(_FORMS)
 
 
 def form_of(data: bytes) -> Form | None:
     """The form the header names, or None (no check of the lengths)."""
-    return FORMS.get(data[:4] + data[8:12]) if len(data) >= MIN_HEADER else None
+    return _FORMS.get(data[:4] + data[8:12]) if len(data) >= MIN_HEADER else None
 
 
 def frame(data: bytes) -> tuple[Form, int]:
@@ -86,7 +90,7 @@ def frame(data: bytes) -> tuple[Form, int]:
     n = len(data)
     if n < MIN_HEADER:
         raise UrbFormatError(n, f"truncated: {n} bytes, a URBH needs at least {MIN_HEADER}")
-    form = FORMS.get(data[:4] + data[8:12])
+    form = _FORMS.get(data[:4] + data[8:12])
     if form is None:
         raise _header_error(data)
     hlen, lent = form.lengths(data, 4)
@@ -118,7 +122,7 @@ def message_text(data: bytes, ebcdic: bool, codepage: str) -> str:
     """
     if not ebcdic:
         return data.decode(ASCII_CODEC)
-    table = LATIN1_TABLES.get(codepage)
+    table = _LATIN1.get(codepage)
     if table is not None:
         return data.translate(table).decode(ASCII_CODEC)
     try:
