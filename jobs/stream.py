@@ -1,6 +1,6 @@
 """spark-submit entry point of the streaming job.
 
-    spark-submit --jars "$(python -m pipeline.spark.jars)" --py-files dist/pipeline.zip \\
+    spark-submit --jars "$(python -m pipeline.spark.engine.jars)" --py-files dist/pipeline.zip \\
         jobs/stream.py --conf-file conf/cluster.yaml
 
 Reads the replicator output topics named in the conf, reassembles transactions per
@@ -60,11 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     except KafkaRefused as exc:  # authentication, TLS or a missing ACL: never "unreachable"
         print(f"error: {exc}", file=sys.stderr)
         return REFUSED
-    from pipeline.spark.query import start_stream
-    from pipeline.spark.session import build_session
-    from pipeline.spark.sinks import KafkaUnreachable
+    from pipeline.spark.engine.query import start_stream
+    from pipeline.spark.engine.session import build_session
+    from pipeline.spark.land.sinks import KafkaUnreachable
 
-    try:  # spark-submit's own settings win over conf (pipeline/spark/launcher.py)
+    try:  # spark-submit's own settings win over conf (pipeline/spark/engine/launcher.py)
         spark = build_session(settings)
     except ConfigError as exc:  # e.g. spark-submit without the jars
         print(f"error: {exc}", file=sys.stderr)

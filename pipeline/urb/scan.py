@@ -26,7 +26,7 @@ from .decode import _ELEMENT_MIN, _FORMS, _MIN_HEADER, decode_message
 from .errors import UrbFormatError
 from .layouts import _STRIP, ELEMENT_TABLES
 
-#: The fields that tell an element's key (see pipeline/spark/decode_stage.py).
+#: The fields that tell an element's key (see pipeline/spark/engine/decode_stage.py).
 ROUTING_FIELDS: Mapping[str, frozenset[str]] = MappingProxyType({
     "URBT": frozenset({"urbtsnam"}), "URBC": frozenset({"urbcsnam"}),
     "URBE": frozenset({"urbesnam"}),

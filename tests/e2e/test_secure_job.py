@@ -222,7 +222,7 @@ def test_the_jobs_producer_names_a_wrong_password_too(secured_broker: Settings,
     refusal it meets (the password rotated in between) is named, not "cannot reach"."""
     from pipeline.config import Kafka
     from pipeline.ops.errors import KafkaRefused
-    from pipeline.spark.sinks import KafkaOut
+    from pipeline.spark.land.sinks import KafkaOut
 
     wrong = tmp_path / "wrong.password"
     wrong.write_text("rotated-" + uuid.uuid4().hex)

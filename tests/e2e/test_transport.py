@@ -170,8 +170,8 @@ def test_a_transaction_arriving_after_its_gap_was_settled_lands_late(
         spark, kafka_bootstrap: str, tmp_path: Path) -> None:
     """No resend buffer: TRAN answers 131/34 and the gap is settled. The original message,
     held back by the transport, arrives later: it never landed, so it lands (filled_late)."""
-    from pipeline.spark.drain import await_idle, stop_between_batches
-    from pipeline.spark.query import start_stream
+    from pipeline.spark.engine.drain import await_idle, stop_between_batches
+    from pipeline.spark.engine.query import start_stream
 
     held: list[Delivery] = []
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from pipeline.reassembly.config import ReassemblyConfig
 from pipeline.reassembly.gaps import stck_to_unix_ms
-from pipeline.spark.state_stage import to_output
+from pipeline.spark.engine.state_stage import to_output
 from tests.reassembly.builders import Feed, Harness, stck, txn
 
 COLUMNS = (("table", pa.string()), ("json", pa.string()), ("blob", pa.binary()))

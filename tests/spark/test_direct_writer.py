@@ -14,11 +14,11 @@ from pathlib import Path
 
 from pipeline.reassembly.events import ImageOut, RecordOut, TransactionComplete
 from pipeline.reassembly.tables import events_to_rows, events_to_tables
-from pipeline.spark.committer import DeltaCommitter
-from pipeline.spark.datafiles import FILES_TABLE, DataFiles
-from pipeline.spark.ledger import CommitLedger
-from pipeline.spark.sinks import _write_delta
-from pipeline.spark.tables import DIRECT_TABLES, SCHEMAS
+from pipeline.spark.land.committer import DeltaCommitter
+from pipeline.spark.land.datafiles import FILES_TABLE, DataFiles
+from pipeline.spark.land.ledger import CommitLedger
+from pipeline.spark.land.sinks import _write_delta
+from pipeline.spark.land.tables import DIRECT_TABLES, SCHEMAS
 
 NOW_MS = 1_750_000_000_000
 STCK = 0xDD5D_1234_5678_9000

@@ -1,13 +1,13 @@
 """The sinks' exactly-once appends: a replayed batch lands nothing twice, with or without the
-Delta log's help (pipeline.spark.ledger), and a new app id (lost checkpoint) writes again."""
+Delta log's help (pipeline.spark.land.ledger), and a new app id (lost checkpoint) writes again."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from pipeline.spark.ledger import CommitLedger, commit_user_metadata, tag, tagged_batch
-from pipeline.spark.sinks import _write_delta
+from pipeline.spark.land.ledger import CommitLedger, commit_user_metadata, tag, tagged_batch
+from pipeline.spark.land.sinks import _write_delta
 
 
 def _frame(spark, n: int, batch_id: int):

@@ -2,7 +2,7 @@
 
 Images carrying a field the layout lacks are quarantined (source ``payload``); the operator adds
 the field to the format buffer, mapped to a new column, and restarts: the start's reconcile
-(``pipeline.spark.reconcile``, what ``start_stream`` runs) adds the column and the new images
+(``pipeline.spark.typed.reconcile``, what ``start_stream`` runs) adds the column and the new images
 land. What was quarantined stays there (the current row
 of its ISN unverified): ``urbpipe quarantine replay`` does not re-land payload rows
 (conf/README.md, "layouts").
@@ -15,10 +15,10 @@ from decimal import Decimal
 import pytest
 
 from pipeline.config import Settings
-from pipeline.spark import typed
-from pipeline.spark.reconcile import reconcile_tables
-from pipeline.spark.tables import ensure_tables, table_path
-from pipeline.spark.typed import write_typed_tables
+from pipeline.spark.land.tables import ensure_tables, table_path
+from pipeline.spark.typed import stage as typed
+from pipeline.spark.typed.reconcile import reconcile_tables
+from pipeline.spark.typed.stage import write_typed_tables
 from tests.spark.test_typed_types import Batch, _color
 
 APP = "conf-change-test"

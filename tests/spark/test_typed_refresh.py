@@ -14,9 +14,9 @@ from datetime import timedelta
 import pytest
 
 from pipeline.config import Settings
-from pipeline.spark.lifecycle import apply_lifecycle
-from pipeline.spark.tables import ensure_tables
-from pipeline.spark.typed import write_typed_tables
+from pipeline.spark.land.tables import ensure_tables
+from pipeline.spark.typed.lifecycle import apply_lifecycle
+from pipeline.spark.typed.stage import write_typed_tables
 from pipeline.typed import apply_batch, history_of, truncate
 from pipeline.urb import make_element
 from tests.e2e.test_lifecycle import _status
@@ -116,7 +116,7 @@ def test_tables_equal_the_models_and_replays_change_nothing(refreshed) -> None:
 
 
 def test_file_cutoffs_reads_the_refresh_from_file_status(spark, refreshed) -> None:
-    from pipeline.spark.typed import file_cutoffs
+    from pipeline.spark.typed.stage import file_cutoffs
 
     settings = refreshed[0]
     micros = int((T0.timestamp() + REFRESH_SEC) * 1_000_000)

@@ -78,7 +78,7 @@ SCHEMAS: dict[str, str] = {
         "file_name string, field_count int, layout_json string, ddl string, gfft_json string, "
         "raw binary, topic string, partition int, offset bigint, elem_index int, "
         "sent_time timestamp, received_at timestamp"),
-    # Utility/lifecycle events replayed on the typed tables (pipeline/spark/lifecycle.py): one
+    # Utility/lifecycle events replayed on the typed tables (pipeline/spark/typed/lifecycle.py): one
     # row per (status event, typed table it concerns), or one with no table when none does.
     "schema_events": (
         "event_id string, subscription string, destination string, st string, dbid int, "
@@ -97,7 +97,7 @@ BLOB_COLUMN = {"images": "payload", "status_events": "data", "quarantine": "raw"
                "layouts": "raw"}
 TABLES = tuple(SCHEMAS)
 #: Tables the direct writer lands from the state tasks' own Parquet files (every batch brings
-#: rows for them); the others stay on the Spark append path (pipeline/spark/datafiles.py).
+#: rows for them); the others stay on the Spark append path (pipeline/spark/land/datafiles.py).
 DIRECT_TABLES = ("transactions", "records", "images", "status_events")
 
 

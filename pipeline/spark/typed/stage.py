@@ -19,7 +19,7 @@ Runs inside foreachBatch after the raw tables are committed, from the same persi
    MERGE keeps the tombstones and purges those past ``tombstone_retention_days``.
 4. With ``history: true`` every version of the ISNs the batch touches is recomputed
    (``pipeline.typed.history``) and MERGEd into ``history_<sub>_<fnr>`` (SCD type 2).
-5. Refresh/define file: ``pipeline.spark.lifecycle`` truncates the current table, clears the
+5. Refresh/define file: ``pipeline.spark.typed.lifecycle`` truncates the current table, clears the
    older tombstones and closes the open history intervals at the cutoff, and records it as
    ``truncated_before`` in ``file_status``. Here the file's cutoffs (read once per batch) keep
    a change committed before the latest one (a late batch, a resend) out of the current and
@@ -46,11 +46,11 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Layout, Settings
 from pipeline.payload import spark_ddl
-from pipeline.spark.lifecycle import append_rows
-from pipeline.spark.sinks import _TS_FORMAT
-from pipeline.spark.stream_layouts import file_filter as _file_filter
-from pipeline.spark.stream_layouts import prepare_file, read_versions, value_columns
-from pipeline.spark.tables import BLOB_COLUMN, SCHEMAS, json_schema, table_path
+from pipeline.spark.land.sinks import _TS_FORMAT
+from pipeline.spark.land.tables import BLOB_COLUMN, SCHEMAS, json_schema, table_path
+from pipeline.spark.typed.lifecycle import append_rows
+from pipeline.spark.typed.stream_layouts import file_filter as _file_filter
+from pipeline.spark.typed.stream_layouts import prepare_file, read_versions, value_columns
 from pipeline.typed.decoding import (
     ERROR_COLUMN,
     TYPED_IMAGE_TYPES,
@@ -484,7 +484,7 @@ def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, set
         present = {f"{sub.lower()}_{fnr}" for sub, _, fnr in newest}
         specs, events, fresh = _specs(spark, settings, batch, batch_id, present)
         if fresh:  # new GFFT versions may read what AUTI said a field became
-            from pipeline.spark.reconcile import versions_arrived
+            from pipeline.spark.typed.reconcile import versions_arrived
 
             events += versions_arrived(spark, settings, specs, fresh, app_id, batch_id,
                                        len(events))
@@ -512,7 +512,7 @@ def _specs(spark: SparkSession, settings: Settings, batch: DataFrame, batch_id: 
            present: set[str]) -> tuple[dict[str, DecodeSpec | VersionedSpec],
                                        list[dict[str, Any]], dict[tuple[int, int], Any]]:
     """Each file's decode spec (by table suffix): its GFFT versions with the conf as fallback
-    (``pipeline.spark.stream_layouts``), or the conf layout alone; the ``schema_events``
+    (``pipeline.spark.typed.stream_layouts``), or the conf layout alone; the ``schema_events``
     rows of the GFFT versions first seen in this batch; and the files those versions are of,
     with the newest one's creation time. ``present``: the suffixes of the files the batch has
     records of."""

@@ -8,13 +8,13 @@ SAVS/SAVE, RESS/RESE, RPLS/RPLE, LOST, DEAC/REAC, REFR) into an action; here it 
   version (commit_time) is older than the utility's commit time (URBSTTIM). Running after the
   batch's MERGE, this keeps the changes of the same batch that came after the refresh. With
   ``deletes: remove`` the older tombstones go too (the cutoff, kept in ``file_status``, now
-  keeps every older change out of the current table: ``pipeline.spark.typed`` point 5); with
+  keeps every older change out of the current table: ``pipeline.spark.typed.stage`` point 5); with
   ``history`` the intervals open at the cutoff, or open past it, end there
   (``pipeline.typed.history.truncate_history``).
 * add columns (add new fields, write FDT): the columns the file's layout reads and its tables
   lack are added (``ALTER TABLE … ADD COLUMNS``) to the change, current and history tables.
   A new field reaches the tables once a layout reads it: a conf format buffer that names it
-  (the job reconciles the tables at start: ``pipeline.spark.reconcile``) or a GFFT version.
+  (the job reconciles the tables at start: ``pipeline.spark.typed.reconcile``) or a GFFT version.
 * widen (changed field length/format): checked against the layout that decodes the file's
   next images (the newest GFFT version the tables take, else the format buffer). If it
   already reads the new length/format, the tables take its type — widened in place with
@@ -42,7 +42,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Settings
-from pipeline.spark.tables import SCHEMAS, table_path
+from pipeline.spark.land.tables import SCHEMAS, table_path
 from pipeline.typed.layouts import column_types
 from pipeline.typed.lifecycle import (
     LIFECYCLE_STATUSES,
@@ -95,7 +95,7 @@ def apply_lifecycle(spark: SparkSession, batch: DataFrame, batch_id: int, settin
     if not events:  # only statuses without a lifecycle meaning (C5 user data, SUBS …)
         return {}
     if settings.layouts:
-        from pipeline.spark.typed import ensure_typed_tables
+        from pipeline.spark.typed.stage import ensure_typed_tables
 
         ensure_typed_tables(spark, settings)
     applier = _Applier(spark, settings, app_id, batch_id, batch)
@@ -124,7 +124,7 @@ def _status_rows(batch: DataFrame, batch_id: int) -> list[dict[str, Any]]:
     """This batch's lifecycle statuses, in the order they happened."""
     from pyspark.sql import functions as F
 
-    from pipeline.spark.sinks import table_frame
+    from pipeline.spark.land.sinks import table_frame
 
     frame = table_frame(batch, "status_events", batch_id).where(
         F.col("st").isin(*sorted(LIFECYCLE_STATUSES)))
@@ -226,7 +226,7 @@ class _Applier:
     def _layout(self, target: Target) -> tuple[RecordLayout | None, str]:
         """The layout that decodes the target's next images and its source (conf/gfft); the
         GFFT versions are read once per batch, with the batch's own."""
-        from pipeline.spark.stream_layouts import current_layouts
+        from pipeline.spark.typed.stream_layouts import current_layouts
 
         if self._layouts is None:
             self._layouts = current_layouts(self._spark, self._settings, self._batch,
@@ -234,13 +234,13 @@ class _Applier:
         return self._layouts.get(target.suffix, (None, "conf"))
 
     def _tables(self, target: Target) -> list[str]:
-        from pipeline.spark.typed import value_tables
+        from pipeline.spark.typed.stage import value_tables
 
         lay = next(x for x in self._settings.layouts if x.table_suffix() == target.suffix)
         return value_tables(lay)
 
     def _add_columns(self, target: Target) -> Outcome:
-        from pipeline.spark.stream_layouts import conform_tables
+        from pipeline.spark.typed.stream_layouts import conform_tables
 
         current = f"current_{target.suffix}"
         layout, source = self._layout(target)
@@ -257,7 +257,7 @@ class _Applier:
         return Outcome(current, f"no field the layout reads lacks a column: {how}")
 
     def _widen(self, event: LifecycleEvent, target: Target) -> Outcome:
-        from pipeline.spark.stream_layouts import conform_tables, value_columns
+        from pipeline.spark.typed.stream_layouts import conform_tables, value_columns
 
         current = f"current_{target.suffix}"
         layout, source = self._layout(target)

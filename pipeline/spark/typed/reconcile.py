@@ -1,7 +1,7 @@
 """The typed tables follow their layouts: at start, and when a GFFT version arrives.
 
-At start (``reconcile_tables``, called by ``pipeline.spark.query.start_stream`` right after the
-job's own tables exist), every layout with a format buffer in conf is compared with its
+At start (``reconcile_tables``, called by ``pipeline.spark.engine.query.start_stream`` right
+after the job's own tables exist), every layout with a format buffer in conf is compared with its
 change, current and history tables (tombstones carry no values):
 
 * a field the format buffer names and the tables lack becomes a column (``ADD COLUMNS``):
@@ -28,7 +28,7 @@ Exactly once: ALTERs compare with the schema first; the start's rows carry txnAp
 ``urbpipe-reconcile-…`` with the changed table's Delta version before the change (or the file's
 new status version) as txnVersion, so a start that dies half-way and starts again writes each
 row once; the typed stage's rows carry the batch's txnAppId/txnVersion and read the previous
-status without the batch's own rows, like ``pipeline.spark.lifecycle``.
+status without the batch's own rows, like ``pipeline.spark.typed.lifecycle``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Layout, Settings
 from pipeline.payload import FieldSpec, GroupSpec, RecordLayout
-from pipeline.spark.lifecycle import (
+from pipeline.spark.land.tables import schema_types, table_path
+from pipeline.spark.typed.lifecycle import (
     Outcome,
     append_rows,
     config_targets,
@@ -50,7 +51,6 @@ from pipeline.spark.lifecycle import (
     previous_status,
     status_row,
 )
-from pipeline.spark.tables import schema_types, table_path
 from pipeline.typed.decoding import DecodeSpec, VersionedSpec
 from pipeline.typed.layouts import column_types
 from pipeline.typed.lifecycle import (
@@ -81,7 +81,7 @@ def reconcile_tables(spark: SparkSession, settings: Settings) -> list[str]:
     the ``layout`` stale kind of files whose layouts now read their changed fields. What
     changed, as ``table.column …`` strings. Raises LayoutConflict before altering anything
     when a format buffer reads a column with a type its table cannot take in place."""
-    from pipeline.spark.typed import ensure_typed_tables, value_tables
+    from pipeline.spark.typed.stage import ensure_typed_tables, value_tables
 
     if not settings.layouts:
         return []
@@ -122,7 +122,7 @@ def _apply(spark: SparkSession, settings: Settings, lay: Layout, table: str, pla
            now: datetime) -> list[str]:
     """Record then alter one table: the row's txnVersion is the table's version before the
     ALTERs, so a start that dies between the two records it once and alters it next time."""
-    from pipeline.spark.tables import conform_columns
+    from pipeline.spark.land.tables import conform_columns
 
     path = table_path(settings, table)
     version = int(spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first()["version"])
@@ -145,7 +145,7 @@ def _apply(spark: SparkSession, settings: Settings, lay: Layout, table: str, pla
 
 # ------------------------------------------------------------------------- layout stale kind
 def _clear_at_start(spark: SparkSession, settings: Settings, now: datetime) -> list[str]:
-    from pipeline.spark.stream_layouts import current_layouts
+    from pipeline.spark.typed.stream_layouts import current_layouts
 
     previous = previous_status(spark, settings)
     if not any("layout" in s.stale_kinds for s in previous.values()):

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 from pipeline.config import Settings
 from pipeline.reassembly import ReassemblyConfig
 from pipeline.reassembly.config import InitialStateTarget, inst_reply_routes
-from pipeline.spark.datafiles import data_files
-from pipeline.spark.decode_stage import Covered, Key, RecordDecoder, arrow_decoder, spark_ddl
-from pipeline.spark.lanes import checkpoint_lanes
-from pipeline.spark.reconcile import reconcile_tables
-from pipeline.spark.sinks import BatchCallback, batch_writer
-from pipeline.spark.state_stage import OUTPUT_DDL, STATE_DDL, state_function
-from pipeline.spark.tables import ensure_tables
+from pipeline.spark.engine.decode_stage import Covered, Key, RecordDecoder, arrow_decoder, spark_ddl
+from pipeline.spark.engine.lanes import checkpoint_lanes
+from pipeline.spark.engine.state_stage import OUTPUT_DDL, STATE_DDL, state_function
+from pipeline.spark.land.datafiles import data_files
+from pipeline.spark.land.sinks import BatchCallback, batch_writer
+from pipeline.spark.land.tables import ensure_tables
+from pipeline.spark.typed.reconcile import reconcile_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -100,7 +100,7 @@ def build_plan(spark: SparkSession, settings: Settings,
                lanes: Mapping[Key, int] | None = None) -> DataFrame:
     """The streaming DataFrame of (table, json, blob) output rows. The state is keyed by
     (lane, destination, subscription): ``lanes`` spread the configured keys over the stateful
-    step's tasks (``pipeline.spark.lanes``)."""
+    step's tasks (``pipeline.spark.engine.lanes``)."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     decoder = record_decoder(settings, lanes)
@@ -109,7 +109,7 @@ def build_plan(spark: SparkSession, settings: Settings,
     grouped = messages.groupBy("lane", "destination", "subscription")
     if settings.stream.state_api == "transformWithStateInPandas":
         # Open transactions' images in append-only list state (BENCHMARKS.md, "State API").
-        from pipeline.spark.state_tws import ReassemblyProcessor
+        from pipeline.spark.engine.state_tws import ReassemblyProcessor
 
         return grouped.transformWithStateInPandas(
             statefulProcessor=ReassemblyProcessor(reassembly_config(settings), decoder, files),

@@ -2,7 +2,7 @@
 
 Exactly once into Delta: every append is tagged with the app id (derived from the checkpoint's
 query id, so a lost checkpoint that restarts batch ids at 0 gets a new app id) and the batch id,
-and skipped when the table's log shows that batch already landed (``pipeline.spark.ledger``;
+and skipped when the table's log shows that batch already landed (``pipeline.spark.land.ledger``;
 Delta's own txnAppId/txnVersion when the log cannot tell), so a batch replayed after a crash
 lands nothing twice. The state function is deterministic, so the
 replayed batch's rows are the ones that were (or were not) committed.
@@ -25,11 +25,11 @@ from pipeline.config import Settings
 from pipeline.kafka_refusal import ClientErrors
 from pipeline.ops.errors import KafkaRefused
 from pipeline.reassembly.outbound import RequestForm, request_messages
-from pipeline.spark.committer import DeltaCommitter
-from pipeline.spark.datafiles import BATCH_PROPERTY, FILES_TABLE, writer_mode
-from pipeline.spark.ledger import CommitLedger
-from pipeline.spark.state_stage import STATS_TABLE
-from pipeline.spark.tables import BLOB_COLUMN, DIRECT_TABLES, TABLES, json_schema, table_path
+from pipeline.spark.engine.state_stage import STATS_TABLE
+from pipeline.spark.land.committer import DeltaCommitter
+from pipeline.spark.land.datafiles import BATCH_PROPERTY, FILES_TABLE, writer_mode
+from pipeline.spark.land.ledger import CommitLedger
+from pipeline.spark.land.tables import BLOB_COLUMN, DIRECT_TABLES, TABLES, json_schema, table_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -195,7 +195,7 @@ def batch_writer(settings: Settings, app_id: str, on_batch: BatchCallback | None
             # them is the common idle case (transformWithState runs one at every trigger) and
             # the typed step's jobs would cost it about a second.
             if settings.layouts:
-                from pipeline.spark.typed import ensure_typed_tables, write_typed_tables
+                from pipeline.spark.typed.stage import ensure_typed_tables, write_typed_tables
 
                 if rows.get("records") or rows.get("layouts"):
                     counts.update(write_typed_tables(session, batch, batch_id, settings, app_id))
@@ -203,7 +203,7 @@ def batch_writer(settings: Settings, app_id: str, on_batch: BatchCallback | None
                     ensure_typed_tables(session, settings)
                 clock.lap("t_typed_ms")
             if rows.get("status_events"):  # utility/lifecycle events, after typed
-                from pipeline.spark.lifecycle import apply_lifecycle
+                from pipeline.spark.typed.lifecycle import apply_lifecycle
 
                 counts.update(apply_lifecycle(batch.sparkSession, batch, batch_id, settings,
                                               app_id))
