@@ -275,9 +275,10 @@ def run_phase(phase: str, conf: Path, expect: int, timeout_s: float) -> dict[str
     if phase == "raw":
         query = raw_passthrough(spark, settings)
     else:
+        from pipeline.ops.metrics import job_metrics
         from pipeline.spark.engine.query import start_stream
 
-        query = start_stream(spark, settings)
+        query = start_stream(spark, settings, observe=job_metrics)
     try:
         batches = wait_for(query, expect, phase, timeout_s)
         wall = time.monotonic() - started

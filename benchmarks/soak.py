@@ -213,6 +213,7 @@ def landed_summary(spark: Any, settings: Settings) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pipeline.ops.metrics import job_metrics
     from pipeline.spark.engine.drain import await_idle, stop_between_batches
     from pipeline.spark.engine.query import start_stream
     from pipeline.spark.engine.session import build_session
@@ -228,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
           flush=True)
     started_broker = ensure_broker(settings)
     spark = build_session(settings)
-    query = start_stream(spark, settings)
+    query = start_stream(spark, settings, observe=job_metrics)
     sim_log = run_dir / "simulator.log"
     sim = start_simulator(conf, settings, args.rate, seconds, DEFAULT_FAULTS, sim_log)
     metrics = Path(settings.location(settings.stream.metrics_file))

@@ -508,7 +508,7 @@ class Layout(_Model):
         names = ([i.column for i in layout.items if hasattr(i, "column")] if layout
                  else list(self.columns.values()))
         for name in names:
-            # a leading "_" is left to the job's own working columns (pipeline/spark/typed/stage.py)
+            # a leading "_" is left to the job's own working columns (pipeline/spark/typed/)
             if name in TYPED_KEY_COLUMNS or not re.match(r"^[a-z][a-z0-9_]*$", name):
                 raise ValueError(f"column {name!r} is reserved or not a lower-case identifier")
         if len(set(names)) != len(names):

@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from pipeline.ops.metrics import job_metrics
     from pipeline.sim import FaultPlan
     from pipeline.sim.live import LiveReplicator
     from pipeline.spark.engine.drain import await_idle, stop_between_batches
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     print("demo: resetting the local topics, lake and checkpoint", flush=True)
     reset(settings)
     spark = build_session(settings)
-    query = start_stream(spark, settings, on_batch=progress)
+    query = start_stream(spark, settings, on_batch=progress, observe=job_metrics)
     sim = LiveReplicator(settings, transactions=args.transactions, seed=args.seed,
                          faults=FaultPlan(counts=FAULTS), rate=200.0, verbose=True,
                          sim=SIM).start()

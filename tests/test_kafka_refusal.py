@@ -14,8 +14,8 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AclOperation
 
 from pipeline.config import ConfigError, Kafka, Settings, Topics, load_settings
+from pipeline.errors import REFUSED, KafkaRefused
 from pipeline.kafka_refusal import ClientErrors, classify
-from pipeline.ops.errors import REFUSED, KafkaRefused
 from pipeline.ops.topic_check import (
     KafkaOutOfReach,
     check_permissions,

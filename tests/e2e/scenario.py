@@ -137,11 +137,12 @@ class Scenario:
     def run(self, spark: Any, *, timeout_s: float = 420.0, settle_gaps: bool = True) -> None:
         """Start the job, send the stream, answer requests, wait until all is landed."""
         from pipeline.demo import gaps_settled
+        from pipeline.ops.metrics import job_metrics
         from pipeline.spark.engine.drain import await_idle, stop_between_batches
         from pipeline.spark.engine.query import start_stream
 
         assert self.sim is not None
-        query = start_stream(spark, self.settings, trigger_interval="1 second")
+        query = start_stream(spark, self.settings, trigger_interval="1 second", observe=job_metrics)
         self.sim.start()
         try:
             await_idle(query, timeout_s=timeout_s, quiet_batches=2,

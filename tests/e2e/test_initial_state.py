@@ -42,11 +42,12 @@ def inst_settled(scenario: Scenario) -> bool:
 def run_until_settled(scenario: Scenario, spark, timeout_s: float = 420.0) -> None:
     """Scenario.run, waiting also for the INST requests' replies (they follow the resends)."""
     from pipeline.demo import gaps_settled
+    from pipeline.ops.metrics import job_metrics
     from pipeline.spark.engine.drain import await_idle, stop_between_batches
     from pipeline.spark.engine.query import start_stream
 
     assert scenario.sim is not None
-    query = start_stream(spark, scenario.settings, trigger_interval="1 second")
+    query = start_stream(spark, scenario.settings, trigger_interval="1 second", observe=job_metrics)
     scenario.sim.start()
     try:
         await_idle(query, timeout_s=timeout_s, quiet_batches=2,

@@ -227,7 +227,7 @@ def _put(mapping: dict[Key, Any], key: Key, value: Any) -> None:
 
 
 def request_bytes(rows: Sequence[Mapping[str, Any]], config: ReassemblyConfig) -> list[bytes]:
-    """The request messages for a batch's ``requests`` rows, as pipeline/spark/land/sinks.py
+    """The request messages for a batch's ``requests`` rows, as pipeline/spark/land/kafka_out.py
     sends them (``pipeline.reassembly.outbound``: one INST message per request)."""
     form = RequestForm(config.reply_destination, config.request_token)
     out = []

@@ -14,7 +14,7 @@ from pipeline.reassembly.events import TransactionComplete
 from pipeline.reassembly.gaps import Gap
 from pipeline.spark.engine.decode_stage import ERROR_EYE, RecordDecoder
 from pipeline.spark.engine.state_stage import STATS_TABLE, batch_output, key_stats, split_rows
-from pipeline.spark.land.sinks import latency_times
+from pipeline.spark.land.report import latency_times
 from pipeline.urb import encode_message, make_element
 
 

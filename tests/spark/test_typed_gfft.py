@@ -19,8 +19,7 @@ from pipeline.reassembly.gfft import gfft_event
 from pipeline.reassembly.rows import ElementRow
 from pipeline.reassembly.tables import events_to_rows
 from pipeline.spark.engine.state_stage import OUTPUT_DDL, to_output
-from pipeline.spark.land.sinks import table_frame
-from pipeline.spark.land.tables import ensure_tables, table_path
+from pipeline.spark.land.tables import ensure_tables, table_frame, table_path
 from pipeline.spark.typed.stage import write_typed_tables
 from pipeline.urb.stck import TOD_UNIX_US
 

@@ -3,8 +3,8 @@
 The refresh truncates ``current_color_4``, clears the older tombstones and closes the open
 history intervals at its cutoff; a change committed before the cutoff that arrives later (late
 batch, resend) never comes back, a change after it lands, and replays change nothing. The job
-runs the typed tables first and the lifecycle then (sinks.py); the other order must give the
-same tables. Checked against the reference models (``pipeline.typed``).
+runs the typed tables first and the lifecycle then (``landing_steps``); the other order must
+give the same tables. Checked against the reference models (``pipeline.typed``).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _run(spark, batch: Batch, batch_id: int, settings: Settings, lifecycle_first
     steps = [write_typed_tables, apply_lifecycle]
     for step in reversed(steps) if lifecycle_first else steps:
         if step is apply_lifecycle and "status_events" not in batch.tables:
-            continue  # sinks.py calls it only for batches with status events
+            continue  # its landing step runs it only for batches with status events
         step(spark, frame, batch_id, settings, APP)
 
 

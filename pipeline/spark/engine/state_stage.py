@@ -5,7 +5,8 @@ Kafka record and key); ``split_rows`` decodes each record again and keeps the el
 key (see decode_stage.py for why). The state is one binary value (``KeyState.to_bytes``);
 the output is a narrow, generic row ``(table, json, blob)``: the table it lands in, its columns
 as JSON, and its one binary column (image payload, status data, quarantined bytes) kept out of
-the JSON. The sinks parse each table's rows with its declared schema.
+the JSON. The batch writer (``pipeline.spark.land``) parses each table's rows with its declared
+schema.
 
 Determinism matters for exactly-once: ``now`` is the batch's processing time from Spark (stored
 in the offset log, so a replayed batch sees the same value), never the wall clock.
@@ -33,11 +34,11 @@ from pipeline.reassembly.tables import (
 from pipeline.spark.engine.decode_stage import ERROR_EYE, WARNING_EYE, RecordDecoder
 from pipeline.spark.engine.gcpause import gc_paused
 from pipeline.spark.land.datafiles import DataFiles, task_batch_id
-from pipeline.spark.land.tables import BLOB_COLUMN
+from pipeline.spark.land.tables import BLOB_COLUMN, OUTPUT_DDL, STATS_TABLE
 from pipeline.urb import UrbFormatError
 
-OUTPUT_DDL = "table string, json string, blob binary"
-STATS_TABLE = "_stats"
+__all__ = ["OUTPUT_DDL", "STATE_DDL", "STATS_TABLE", "batch_output", "key_stats",
+           "split_frames", "split_rows", "state_function", "to_output"]
 STATE_DDL = "state binary"
 
 

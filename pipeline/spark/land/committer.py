@@ -7,7 +7,7 @@ ledger tag as ``userMetadata``. Delta does the rest (conflict check, the log ent
 checkpoints). The actions are built from their JSON form in the Delta protocol and parsed by
 delta-spark (``Action.fromJson``), so no constructor of its internal case classes is called.
 
-Exactly once, like the Spark appends (``pipeline.spark.land.sinks``): a batch whose tag the table's
+Exactly once, like the Spark appends (``pipeline.spark.land.writes``): a batch whose tag the table's
 log already holds (``pipeline.spark.land.ledger``) is not committed again; when the log cannot tell,
 the table's own ``SetTransaction`` for the app id decides. Both carry the same app id
 (``<app>-<table>``) and tag as a Spark append would, so a restart may switch

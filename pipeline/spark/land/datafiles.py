@@ -46,6 +46,7 @@ from pipeline.config import Settings
 from pipeline.objectstore import S3Access, access, is_object_store, pyarrow_path
 from pipeline.reassembly.tables import Columns, columns_to_rows
 from pipeline.spark.land.tables import DIRECT_TABLES, arrow_schema, table_path
+from pipeline.typed.lifecycle import LIFECYCLE_STATUSES
 
 FILES_TABLE = "_files"
 BATCH_PROPERTY = "urbpipe.batch_id"
@@ -71,8 +72,6 @@ def data_files(settings: Settings) -> DataFiles | None:
     """The task-side writer for this conf, or None when Spark appends every table."""
     if writer_mode(settings) != "direct":
         return None
-    from pipeline.typed.lifecycle import LIFECYCLE_STATUSES
-
     store = None
     if is_object_store(settings.location(settings.stream.lake_dir)):
         store = access(settings)  # endpoint/region resolved once, on the driver
@@ -199,5 +198,6 @@ def task_batch_id() -> int:
     value = context.getLocalProperty(BATCH_PROPERTY) if context is not None else None
     if value is None:
         raise RuntimeError(f"no Spark local property {BATCH_PROPERTY}: the direct writer runs "
-                           "only inside the job's foreachBatch (pipeline/spark/land/sinks.py)")
+                           "only inside the job's foreachBatch "
+                           "(pipeline/spark/land/batch_writer.py)")
     return int(value)

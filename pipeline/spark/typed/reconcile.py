@@ -41,16 +41,19 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Layout, Settings
 from pipeline.payload import FieldSpec, GroupSpec, RecordLayout
-from pipeline.spark.land.tables import schema_types, table_path
-from pipeline.spark.typed.lifecycle import (
+from pipeline.spark.land.tables import conform_columns, schema_types, table_path
+from pipeline.spark.land.writes import append_rows
+from pipeline.spark.typed.file_status import (
+    EPOCH,
     Outcome,
-    append_rows,
     config_targets,
     event_row,
     label_tables,
     previous_status,
     status_row,
 )
+from pipeline.spark.typed.stream_layouts import current_layouts
+from pipeline.spark.typed.tables import TypedTableSet, value_tables
 from pipeline.typed.decoding import DecodeSpec, VersionedSpec
 from pipeline.typed.layouts import column_types
 from pipeline.typed.lifecycle import (
@@ -73,7 +76,6 @@ log = logging.getLogger("urbpipe.reconcile")
 #: ``file_status.run_id`` (and txnAppId prefix) of the rows the start writes.
 START_RUN = "urbpipe-reconcile"
 File = tuple[int, int]
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def reconcile_tables(spark: SparkSession, settings: Settings) -> list[str]:
@@ -81,11 +83,9 @@ def reconcile_tables(spark: SparkSession, settings: Settings) -> list[str]:
     the ``layout`` stale kind of files whose layouts now read their changed fields. What
     changed, as ``table.column …`` strings. Raises LayoutConflict before altering anything
     when a format buffer reads a column with a type its table cannot take in place."""
-    from pipeline.spark.typed.stage import ensure_typed_tables, value_tables
-
     if not settings.layouts:
         return []
-    ensure_typed_tables(spark, settings)
+    TypedTableSet(settings).ensure(spark)
     plans: list[tuple[Layout, str, TablePlan]] = []
     for lay in settings.layouts:
         layout = lay.conf_layout()
@@ -122,8 +122,6 @@ def _apply(spark: SparkSession, settings: Settings, lay: Layout, table: str, pla
            now: datetime) -> list[str]:
     """Record then alter one table: the row's txnVersion is the table's version before the
     ALTERs, so a start that dies between the two records it once and alters it next time."""
-    from pipeline.spark.land.tables import conform_columns
-
     path = table_path(settings, table)
     version = int(spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first()["version"])
     row = {
@@ -145,8 +143,6 @@ def _apply(spark: SparkSession, settings: Settings, lay: Layout, table: str, pla
 
 # ------------------------------------------------------------------------- layout stale kind
 def _clear_at_start(spark: SparkSession, settings: Settings, now: datetime) -> list[str]:
-    from pipeline.spark.typed.stream_layouts import current_layouts
-
     previous = previous_status(spark, settings)
     if not any("layout" in s.stale_kinds for s in previous.values()):
         return []
@@ -245,7 +241,7 @@ def _pending(spark: SparkSession, settings: Settings,
     seen: dict[File, dict[str, tuple[int | None, FieldChange]]] = {}
     for r in rows:
         cut = files[(r.dbid, r.fnr)].truncated_before
-        cut_us = None if cut is None else (cut - _EPOCH) // timedelta(microseconds=1)
+        cut_us = None if cut is None else (cut - EPOCH) // timedelta(microseconds=1)
         if cut_us is not None and r.us is not None and r.us < cut_us:
             continue  # before the file was refreshed/defined again: its stale kinds cleared
         seen.setdefault((r.dbid, r.fnr), {})[r.event_id] = (

@@ -27,8 +27,7 @@ from pipeline.config import TYPED_KEY_COLUMNS, Layout, Settings
 from pipeline.payload import LayoutError, LayoutKey, RecordLayout, layout_from_gfft
 from pipeline.payload.gfft import gfft_view
 from pipeline.reassembly.tables import stck_to_datetime
-from pipeline.spark.land.sinks import table_frame
-from pipeline.spark.land.tables import conform_columns, schema_types, table_path
+from pipeline.spark.land.tables import conform_columns, schema_types, table_frame, table_path
 from pipeline.typed.decoding import VersionedSpec
 from pipeline.typed.layouts import (
     ColumnPlan,
