@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from pipeline.config import Settings
 from pipeline.reassembly import ReassemblyConfig
-from pipeline.reassembly.config import InitialStateTarget, inst_reply_routes
+from pipeline.reassembly.config import InitialStateTarget, initial_state_routes
 from pipeline.spark.engine.decode_stage import (
     Covered,
     Key,
@@ -36,6 +36,7 @@ from pipeline.spark.land.tables import ensure_tables
 from pipeline.spark.typed.lifecycle import LifecycleEvents
 from pipeline.spark.typed.reconcile import reconcile_tables
 from pipeline.spark.typed.stage import TypedTables
+from pipeline.spark.typed.stream_layouts import NextLayouts
 from pipeline.spark.typed.tables import TypedTableSet
 
 if TYPE_CHECKING:
@@ -66,14 +67,6 @@ def reassembly_config(settings: Settings) -> ReassemblyConfig:
         initial_state_timeout_ms=settings.stream.initial_state.reply_timeout_ms)
 
 
-def initial_state_routes(settings: Settings) -> dict[str, str]:
-    """Initial-state name -> the one subscription that names it (INST replies carry no
-    subscription name; ambiguous names keep their destination-wide key)."""
-    names = [s.initial_state for s in settings.subscriptions if s.initial_state]
-    return {s.initial_state: s.name for s in settings.subscriptions
-            if s.initial_state and names.count(s.initial_state) == 1}
-
-
 def covered_subscriptions(settings: Settings) -> dict[str, list[Covered]]:
     """Each destination's configured subscriptions with their database and files."""
     out: dict[str, list[Covered]] = {}
@@ -83,19 +76,21 @@ def covered_subscriptions(settings: Settings) -> dict[str, list[Covered]]:
     return out
 
 
-def record_decoder(settings: Settings, lanes: Mapping[Key, int] | None = None
-                   ) -> RecordDecoder:
+def record_decoder(settings: Settings, lanes: Mapping[Key, int] | None = None,
+                   config: ReassemblyConfig | None = None) -> RecordDecoder:
+    """The decode and state stages' decoder for this conf (``config``: the reassembly
+    config, if already built)."""
     control = settings.topics.control
     destinations = {t: settings.destination_of(t) for t in settings.source_topics()
                     if t != control}
     homes = {s.name: s.destinations[0] for s in settings.subscriptions
              if len(s.destinations) == 1}
     default = settings.topics.pattern_destination or next(iter(destinations.values()))
-    config = reassembly_config(settings)
+    config = config or reassembly_config(settings)
+    inst = initial_state_routes(config.initial_states, config.request_token)
     return RecordDecoder(destinations, default, settings.replicator.codepage, homes,
-                         initial_state_routes(settings), lanes,
-                         inst_reply_routes(config.initial_states, config.request_token),
-                         covered_subscriptions(settings), control)
+                         inst.by_name, lanes, inst.replies, covered_subscriptions(settings),
+                         control)
 
 
 def kafka_source(spark: SparkSession, settings: Settings) -> DataFrame:
@@ -119,7 +114,8 @@ def build_plan(spark: SparkSession, settings: Settings,
     step's tasks (``pipeline.spark.engine.lanes``)."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    decoder = record_decoder(settings, lanes)
+    config = reassembly_config(settings)
+    decoder = record_decoder(settings, lanes, config)
     files = data_files(settings)  # None: Spark appends every table (stream.raw_writer)
     messages = kafka_source(spark, settings).mapInArrow(arrow_decoder(decoder), spark_ddl())
     grouped = messages.groupBy("lane", "destination", "subscription")
@@ -129,10 +125,10 @@ def build_plan(spark: SparkSession, settings: Settings,
         from pipeline.spark.engine.state_tws import ReassemblyProcessor
 
         return grouped.transformWithStateInPandas(
-            statefulProcessor=ReassemblyProcessor(reassembly_config(settings), decoder, files),
+            statefulProcessor=ReassemblyProcessor(config, decoder, files),
             outputStructType=OUTPUT_DDL, outputMode="Append", timeMode="ProcessingTime")
     return grouped.applyInPandasWithState(
-        state_function(reassembly_config(settings), decoder, files), OUTPUT_DDL, STATE_DDL,
+        state_function(config, decoder, files), OUTPUT_DDL, STATE_DDL,
         "append", GroupStateTimeout.ProcessingTimeTimeout)
 
 
@@ -173,12 +169,13 @@ def landing_steps(settings: Settings, on_batch: BatchCallback | None = None,
                   on_latency: LatencyCallback | None = None) -> list[LandingStep]:
     """The batch writer's steps, in order: raw tables; with conf layouts the typed tables, and
     the lifecycle events after them; requests and alerts (its producer connects now); the
-    batch's metrics. The typed steps share one record of the typed tables made so far."""
+    batch's metrics. The typed steps share one record of the typed tables made so far and
+    the layouts that decode each file's next images (worked out once per batch)."""
     steps: list[LandingStep] = [RawTables(settings)]
-    typed = TypedTableSet(settings)
+    typed, layouts = TypedTableSet(settings), NextLayouts()
     if settings.layouts:
-        steps.append(TypedTables(settings, typed))
-    steps += [LifecycleEvents(settings, typed), RequestsAndAlerts(settings),
+        steps.append(TypedTables(settings, typed, layouts))
+    steps += [LifecycleEvents(settings, typed, layouts), RequestsAndAlerts(settings),
               BatchReport(on_batch, on_latency)]
     return steps
 

@@ -225,6 +225,13 @@ def conform_columns(spark: SparkSession, path: str, wanted: dict[str, str]) -> T
     second start changes nothing. Columns it cannot take in place (``plan.conflicts``) are
     left as they are: the caller decides (``pipeline.typed.widening.table_plan``)."""
     plan = table_plan(schema_types(spark, path), wanted)
+    apply_plan(spark, path, plan)
+    return plan
+
+
+def apply_plan(spark: SparkSession, path: str, plan: TablePlan) -> None:
+    """The ALTERs of a plan made from the table's schema (``conform_columns``, or a caller
+    that planned first and records before it alters): add, then widen in place."""
     if plan.added:
         cols = ", ".join(f"`{c}` {t}" for c, t in plan.added.items())
         spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({cols})")
@@ -234,4 +241,3 @@ def conform_columns(spark: SparkSession, path: str, wanted: dict[str, str]) -> T
         for inner, typ in widen_steps(old, new) or []:
             spark.sql(f"ALTER TABLE delta.`{path}` ALTER COLUMN {alter_target(column, inner)} "
                       f"TYPE {typ}")
-    return plan

@@ -52,7 +52,7 @@ from pipeline.spark.typed.file_status import (
     status_row,
     utc,
 )
-from pipeline.spark.typed.stream_layouts import conform_tables, current_layouts, value_columns
+from pipeline.spark.typed.stream_layouts import NextLayouts, conform_tables, value_columns
 from pipeline.spark.typed.tables import TypedTableSet, value_tables
 from pipeline.typed.layouts import column_types
 from pipeline.typed.lifecycle import (
@@ -82,21 +82,26 @@ class LifecycleEvents:
 
     lap = None  # counted with the requests and alerts (``t_kafka_ms``)
 
-    def __init__(self, settings: Settings, tables: TypedTableSet) -> None:
+    def __init__(self, settings: Settings, tables: TypedTableSet,
+                 layouts: NextLayouts | None = None) -> None:
         self._settings = settings
         self._tables = tables
+        self._layouts = layouts or NextLayouts()
 
     def land(self, batch: LandedBatch) -> dict[str, int]:
         if not batch.rows.get("status_events"):
             return {}
         return apply_lifecycle(batch.session, batch.frame, batch.batch_id, self._settings,
-                               batch.app_id, self._tables)
+                               batch.app_id, self._tables, self._layouts)
 
 
 def apply_lifecycle(spark: SparkSession, batch: DataFrame, batch_id: int, settings: Settings,
-                    app_id: str, tables: TypedTableSet | None = None) -> dict[str, int]:
+                    app_id: str, tables: TypedTableSet | None = None,
+                    layouts: NextLayouts | None = None) -> dict[str, int]:
     """Replay the batch's lifecycle statuses on the typed tables; rows written per table.
-    ``tables``: the writer's record of the typed tables made so far (a new one checks them)."""
+    ``tables``: the writer's record of the typed tables made so far (a new one checks them);
+    ``layouts``: the layouts that decode each file's next images, if the typed step of this
+    batch worked them out (else they are worked out here, when an event needs them)."""
     rows = _status_rows(batch, batch_id)
     if not rows:
         return {}
@@ -106,7 +111,7 @@ def apply_lifecycle(spark: SparkSession, batch: DataFrame, batch_id: int, settin
         return {}
     if settings.layouts:
         (tables or TypedTableSet(settings)).ensure(spark)
-    applier = _Applier(spark, settings, app_id, batch_id, batch)
+    applier = _Applier(spark, settings, app_id, batch_id, batch, layouts or NextLayouts())
     previous = previous_status(spark, settings, (app_id,), batch_id)
     event_rows: list[dict[str, Any]] = []
     steps: list[tuple[LifecycleEvent, tuple[int, int], str | None]] = []
@@ -154,14 +159,14 @@ class _Applier:
     """Applies one event to one target's tables; counts DML per table in the batch (txn ids)."""
 
     def __init__(self, spark: SparkSession, settings: Settings, app_id: str, batch_id: int,
-                 batch: DataFrame) -> None:
+                 batch: DataFrame, layouts: NextLayouts) -> None:
         self._spark = spark
         self._settings = settings
         self._app_id = app_id
         self._batch_id = batch_id
         self._batch = batch
         self._deletes: dict[str, int] = {}
-        self._layouts: dict[str, tuple[RecordLayout | None, str]] | None = None
+        self._layouts = layouts
 
     def apply(self, event: LifecycleEvent, target: Target) -> Outcome:
         current = f"current_{target.suffix}"
@@ -206,12 +211,10 @@ class _Applier:
         return int(result[0][0]) if result and result[0][0] is not None else 0
 
     def _layout(self, target: Target) -> tuple[RecordLayout | None, str]:
-        """The layout that decodes the target's next images and its source (conf/gfft); the
-        GFFT versions are read once per batch, with the batch's own."""
-        if self._layouts is None:
-            self._layouts = current_layouts(self._spark, self._settings, self._batch,
-                                            self._batch_id)
-        return self._layouts.get(target.suffix, (None, "conf"))
+        """The layout that decodes the target's next images and its source (conf/gfft): once
+        per batch (``NextLayouts``), with the batch's own GFFT versions."""
+        layouts = self._layouts.of(self._spark, self._settings, self._batch, self._batch_id)
+        return layouts.get(target.suffix, (None, "conf"))
 
     def _tables(self, target: Target) -> list[str]:
         lay = next(x for x in self._settings.layouts if x.table_suffix() == target.suffix)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Layout, Settings
 from pipeline.payload import FieldSpec, GroupSpec, RecordLayout
-from pipeline.spark.land.tables import conform_columns, schema_types, table_path
+from pipeline.spark.land.tables import apply_plan, schema_types, table_path
 from pipeline.spark.land.writes import append_rows
 from pipeline.spark.typed.file_status import (
     EPOCH,
@@ -52,7 +52,7 @@ from pipeline.spark.typed.file_status import (
     previous_status,
     status_row,
 )
-from pipeline.spark.typed.stream_layouts import current_layouts
+from pipeline.spark.typed.stream_layouts import current_layouts, next_layout
 from pipeline.spark.typed.tables import TypedTableSet, value_tables
 from pipeline.typed.decoding import DecodeSpec, VersionedSpec
 from pipeline.typed.layouts import column_types
@@ -136,8 +136,7 @@ def _apply(spark: SparkSession, settings: Settings, lay: Layout, table: str, pla
     }
     append_rows(spark, [row], "schema_events", settings, f"{START_RUN}-{table}", None,
                 txn_version=version)
-    conform_columns(spark, path, {**plan.added, **{c: new for c, (_, new) in
-                                                   plan.widened.items()}})
+    apply_plan(spark, path, plan)  # the plan reconcile_tables made: no second read
     return [f"{table}.{c}" for c in plan.describe()]
 
 
@@ -170,7 +169,7 @@ def versions_arrived(spark: SparkSession, settings: Settings,
     stage's own append."""
     run_id = f"{app_id}-gfft"
     previous = previous_status(spark, settings, (app_id, run_id), batch_id)
-    layouts = {suffix: _next_layout(spec) for suffix, spec in specs.items()}
+    layouts = {suffix: next_layout(spec) for suffix, spec in specs.items()}
     cleared = covered_files(spark, settings, layouts, previous, files, st="GFFT")
     if not cleared:
         return []
@@ -182,13 +181,6 @@ def versions_arrived(spark: SparkSession, settings: Settings,
     for _, event in cleared:
         rows += _event_rows(event, targets, seq + len(rows))
     return rows
-
-
-def _next_layout(spec: DecodeSpec | VersionedSpec) -> RecordLayout | None:
-    """The layout a spec decodes the file's next images with."""
-    if isinstance(spec, DecodeSpec):
-        return spec.layout
-    return spec.layouts.newest(spec.refused)
 
 
 def _event_rows(event: LifecycleEvent, targets: list[Target], seq: int) -> list[dict[str, Any]]:

@@ -60,7 +60,12 @@ from pipeline.spark.typed.merge import (
     unburied,
 )
 from pipeline.spark.typed.reconcile import versions_arrived
-from pipeline.spark.typed.stream_layouts import prepare_file, read_versions, value_columns
+from pipeline.spark.typed.stream_layouts import (
+    NextLayouts,
+    prepare_file,
+    read_versions,
+    value_columns,
+)
 from pipeline.spark.typed.tables import (
     CHANGE_KEYS_DDL,
     TypedTableSet,
@@ -91,22 +96,27 @@ class TypedTables:
 
     lap = "t_typed_ms"
 
-    def __init__(self, settings: Settings, tables: TypedTableSet) -> None:
+    def __init__(self, settings: Settings, tables: TypedTableSet,
+                 layouts: NextLayouts | None = None) -> None:
         self._settings = settings
         self._tables = tables
+        self._layouts = layouts
 
     def land(self, batch: LandedBatch) -> dict[str, int]:
         if batch.rows.get("records") or batch.rows.get("layouts"):
             return write_typed_tables(batch.session, batch.frame, batch.batch_id,
-                                      self._settings, batch.app_id, self._tables)
+                                      self._settings, batch.app_id, self._tables, self._layouts)
         self._tables.ensure(batch.session)
         return {}
 
 
 def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, settings: Settings,
-                       app_id: str, tables: TypedTableSet | None = None) -> dict[str, int]:
+                       app_id: str, tables: TypedTableSet | None = None,
+                       layouts: NextLayouts | None = None) -> dict[str, int]:
     """Land the typed tables of every configured layout for one batch; rows per table.
-    ``tables``: the writer's record of the tables made so far (a new one checks them all)."""
+    ``tables``: the writer's record of the tables made so far (a new one checks them all);
+    ``layouts`` is told the layout that decodes each file's next images, for the lifecycle
+    step of the same batch."""
     if not settings.layouts:
         return {}
     from pyspark.sql import functions as F
@@ -122,6 +132,8 @@ def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, set
             .agg(F.max(F.unix_micros("commit_time")).alias("newest_us")).collect())}
         present = {f"{sub.lower()}_{fnr}" for sub, _, fnr in newest}
         specs, events, fresh = _specs(spark, settings, batch, batch_id, present)
+        if layouts is not None and present:  # the versions were read: the specs are final
+            layouts.known(batch_id, specs)
         if fresh:  # new GFFT versions may read what AUTI said a field became
             events += versions_arrived(spark, settings, specs, fresh, app_id, batch_id,
                                        len(events))
