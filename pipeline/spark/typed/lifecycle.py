@@ -97,10 +97,10 @@ class LifecycleEvents:
 
 def apply_lifecycle(spark: SparkSession, batch: DataFrame, batch_id: int, settings: Settings,
                     app_id: str, tables: TypedTableSet | None = None,
-                    layouts: NextLayouts | None = None) -> dict[str, int]:
+                    next_layouts: NextLayouts | None = None) -> dict[str, int]:
     """Replay the batch's lifecycle statuses on the typed tables; rows written per table.
     ``tables``: the writer's record of the typed tables made so far (a new one checks them);
-    ``layouts``: the layouts that decode each file's next images, if the typed step of this
+    ``next_layouts``: the layouts that decode each file's next images, if the typed step of this
     batch worked them out (else they are worked out here, when an event needs them)."""
     rows = _status_rows(batch, batch_id)
     if not rows:
@@ -111,7 +111,8 @@ def apply_lifecycle(spark: SparkSession, batch: DataFrame, batch_id: int, settin
         return {}
     if settings.layouts:
         (tables or TypedTableSet(settings)).ensure(spark)
-    applier = _Applier(spark, settings, app_id, batch_id, batch, layouts or NextLayouts())
+    applier = _Applier(spark, settings, app_id, batch_id, batch,
+                       next_layouts or NextLayouts())
     previous = previous_status(spark, settings, (app_id,), batch_id)
     event_rows: list[dict[str, Any]] = []
     steps: list[tuple[LifecycleEvent, tuple[int, int], str | None]] = []

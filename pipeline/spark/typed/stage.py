@@ -112,10 +112,10 @@ class TypedTables:
 
 def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, settings: Settings,
                        app_id: str, tables: TypedTableSet | None = None,
-                       layouts: NextLayouts | None = None) -> dict[str, int]:
+                       next_layouts: NextLayouts | None = None) -> dict[str, int]:
     """Land the typed tables of every configured layout for one batch; rows per table.
     ``tables``: the writer's record of the tables made so far (a new one checks them all);
-    ``layouts`` is told the layout that decodes each file's next images, for the lifecycle
+    ``next_layouts`` is told the layout that decodes each file's next images, for the lifecycle
     step of the same batch."""
     if not settings.layouts:
         return {}
@@ -132,8 +132,8 @@ def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, set
             .agg(F.max(F.unix_micros("commit_time")).alias("newest_us")).collect())}
         present = {f"{sub.lower()}_{fnr}" for sub, _, fnr in newest}
         specs, events, fresh = _specs(spark, settings, batch, batch_id, present)
-        if layouts is not None and present:  # the versions were read: the specs are final
-            layouts.known(batch_id, specs)
+        if next_layouts is not None and present:  # the versions were read: the specs are final
+            next_layouts.known(batch_id, specs)
         if fresh:  # new GFFT versions may read what AUTI said a field became
             events += versions_arrived(spark, settings, specs, fresh, app_id, batch_id,
                                        len(events))
