@@ -4,7 +4,7 @@
 wins and which deletes stay as tombstones; ``history`` recomputes the SCD type 2 intervals of
 the ISNs a batch touches; ``decoding`` turns a frame of image rows into typed columns with
 ``PayloadDecoder``. All plain Python so they are unit-tested without Spark;
-``pipeline.spark.typed.stage`` runs them (mapInPandas) and expresses the same rules as Delta MERGEs.
+``pipeline.spark.typed`` runs them (mapInPandas) and expresses the same rules as Delta MERGEs.
 """
 
 from .decoding import DecodeSpec, decode_rows
