@@ -51,7 +51,7 @@ import yaml  # noqa: E402
 
 from benchmarks.procmem import PeakSampler, TreeMemory, load_average  # noqa: E402
 from pipeline.config import Settings, load_settings  # noqa: E402
-from pipeline.spark.datafiles import writer_mode  # noqa: E402
+from pipeline.spark.land.datafiles import writer_mode  # noqa: E402
 
 TEMPLATE = ROOT / "benchmarks" / "bench.yaml"
 BENCH_DIR = ROOT / ".bench"
@@ -266,8 +266,8 @@ def sink_timing(metrics_file: Path) -> dict[str, float]:
 
 def run_phase(phase: str, conf: Path, expect: int, timeout_s: float) -> dict[str, Any]:
     """Run one query from earliest to caught up; the figures as a dict."""
-    from pipeline.spark.session import build_session
-    from pipeline.spark.tables import table_path
+    from pipeline.spark.engine.session import build_session
+    from pipeline.spark.land.tables import table_path
 
     settings = load_settings(conf, env={})
     spark = build_session(settings)
@@ -275,19 +275,20 @@ def run_phase(phase: str, conf: Path, expect: int, timeout_s: float) -> dict[str
     if phase == "raw":
         query = raw_passthrough(spark, settings)
     else:
-        from pipeline.spark.query import start_stream
+        from pipeline.ops.metrics import job_metrics
+        from pipeline.spark.engine.query import start_stream
 
-        query = start_stream(spark, settings)
+        query = start_stream(spark, settings, observe=job_metrics)
     try:
         batches = wait_for(query, expect, phase, timeout_s)
         wall = time.monotonic() - started
         if phase == "pipeline":
-            from pipeline.spark.drain import await_idle
+            from pipeline.spark.engine.drain import await_idle
 
             await_idle(query, timeout_s=120)  # caught up and idle: nothing left in flight
         batches.update(_progress_dicts(query))
     finally:
-        from pipeline.spark.drain import stop_between_batches
+        from pipeline.spark.engine.drain import stop_between_batches
 
         stop_between_batches(query)  # not mid-batch: no interrupted-thread trace in the log
     result: dict[str, Any] = {

@@ -309,7 +309,7 @@ def _session(work: Path):
     from pyspark.sql import SparkSession
 
     from pipeline.config import load_settings
-    from pipeline.spark.session import session_conf
+    from pipeline.spark.engine.session import session_conf
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -200,7 +200,7 @@ def verdict(samples: list[Sample], warmup_fraction: float = 0.2) -> list[tuple[s
 def landed_summary(spark: Any, settings: Settings) -> dict[str, Any]:
     """Transactions landed, duplicates and quarantined rows, and the gaps' final states."""
     from pipeline.demo import LATEST_GAPS
-    from pipeline.spark.tables import table_path
+    from pipeline.spark.land.tables import table_path
 
     def count(table: str) -> int:
         return spark.read.format("delta").load(table_path(settings, table)).count()
@@ -213,9 +213,10 @@ def landed_summary(spark: Any, settings: Settings) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.spark.drain import await_idle, stop_between_batches
-    from pipeline.spark.query import start_stream
-    from pipeline.spark.session import build_session
+    from pipeline.ops.metrics import job_metrics
+    from pipeline.spark.engine.drain import await_idle, stop_between_batches
+    from pipeline.spark.engine.query import start_stream
+    from pipeline.spark.engine.session import build_session
 
     run_id = time.strftime("%Y%m%d-%H%M%S")
     run_dir = BENCH_DIR / "soak" / run_id
@@ -228,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
           flush=True)
     started_broker = ensure_broker(settings)
     spark = build_session(settings)
-    query = start_stream(spark, settings)
+    query = start_stream(spark, settings, observe=job_metrics)
     sim_log = run_dir / "simulator.log"
     sim = start_simulator(conf, settings, args.rate, seconds, DEFAULT_FAULTS, sim_log)
     metrics = Path(settings.location(settings.stream.metrics_file))

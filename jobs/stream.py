@@ -1,6 +1,6 @@
 """spark-submit entry point of the streaming job.
 
-    spark-submit --jars "$(python -m pipeline.spark.jars)" --py-files dist/pipeline.zip \\
+    spark-submit --jars "$(python -m pipeline.spark.engine.jars)" --py-files dist/pipeline.zip \\
         jobs/stream.py --conf-file conf/cluster.yaml
 
 Reads the replicator output topics named in the conf, reassembles transactions per
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from pipeline.ops.errors import REFUSED, KafkaRefused
+    from pipeline.errors import REFUSED, KafkaRefused
     from pipeline.ops.topic_check import KafkaOutOfReach, TopicCheckError, check_start
 
     try:  # ordering and permissions are checked before anything starts (topic_check.py)
@@ -60,17 +60,18 @@ def main(argv: list[str] | None = None) -> int:
     except KafkaRefused as exc:  # authentication, TLS or a missing ACL: never "unreachable"
         print(f"error: {exc}", file=sys.stderr)
         return REFUSED
-    from pipeline.spark.query import start_stream
-    from pipeline.spark.session import build_session
-    from pipeline.spark.sinks import KafkaUnreachable
+    from pipeline.ops.metrics import job_metrics
+    from pipeline.spark.engine.query import start_stream
+    from pipeline.spark.engine.session import build_session
+    from pipeline.spark.land.kafka_out import KafkaUnreachable
 
-    try:  # spark-submit's own settings win over conf (pipeline/spark/launcher.py)
+    try:  # spark-submit's own settings win over conf (pipeline/spark/engine/launcher.py)
         spark = build_session(settings)
     except ConfigError as exc:  # e.g. spark-submit without the jars
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        query = start_stream(spark, settings, trigger_interval=args.trigger)
+        query = start_stream(spark, settings, trigger_interval=args.trigger, observe=job_metrics)
     except ConfigError as exc:  # e.g. a layout its typed tables cannot take (reconcile.py)
         print(f"error: {exc}", file=sys.stderr)
         return 2

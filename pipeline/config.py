@@ -337,14 +337,15 @@ class Stream(_Model):
     state_api: Literal["applyInPandasWithState", "transformWithStateInPandas"] = (
         "transformWithStateInPandas")
     metrics_file: str = ".run/metrics.jsonl"
-    # Table properties of the job's own tables (pipeline/spark/tables.py, ``table_properties``).
+    # Table properties of the job's own tables (pipeline/spark/land/tables.py,
+    # ``table_properties``).
     # Delta writes a checkpoint every N commits inside the commit that reaches it; at the
     # default of 10 that cost the four-table batch ~7 s every 10 batches (BENCHMARKS.md).
     delta_checkpoint_interval: int = Field(50, ge=1, le=10_000)
     # Min/max statistics for the first N columns (the key columns: names, epoch, tsnr …);
     # Delta's default 32 also covers payload-side columns nobody filters on.
     delta_stats_columns: int = Field(8, ge=-1, le=1_000)
-    # Who writes the bulk tables' data files (pipeline/spark/datafiles.py): ``direct`` — the
+    # Who writes the bulk tables' data files (pipeline/spark/land/datafiles.py): ``direct`` — the
     # state tasks with pyarrow, committed by the driver through delta-spark; ``spark`` — Spark
     # appends; ``auto`` — direct for a lake on the local file system, Spark otherwise.
     raw_writer: Literal["auto", "direct", "spark"] = "auto"
@@ -507,7 +508,7 @@ class Layout(_Model):
         names = ([i.column for i in layout.items if hasattr(i, "column")] if layout
                  else list(self.columns.values()))
         for name in names:
-            # a leading "_" is left to the job's own working columns (pipeline/spark/typed.py)
+            # a leading "_" is left to the job's own working columns (pipeline/spark/typed/)
             if name in TYPED_KEY_COLUMNS or not re.match(r"^[a-z][a-z0-9_]*$", name):
                 raise ValueError(f"column {name!r} is reserved or not a lower-case identifier")
         if len(set(names)) != len(names):

@@ -62,7 +62,7 @@ LATEST_GAPS = """
 
 def gaps_settled(spark, settings: Settings) -> bool:
     """True when every gap is filled or unrecoverable (nothing the replicator still owes)."""
-    from pipeline.spark.tables import table_path
+    from pipeline.spark.land.tables import table_path
 
     latest = spark.sql(LATEST_GAPS.format(path=table_path(settings, "gaps")))
     return latest.where("state IN ('open', 'requested')").count() == 0
@@ -76,7 +76,7 @@ def progress(batch_id: int, counts: dict[str, int], seconds: float) -> None:
 
 
 def report(spark, settings: Settings) -> None:
-    from pipeline.spark.tables import TABLES, table_path
+    from pipeline.spark.land.tables import TABLES, table_path
 
     def table(name: str):
         return spark.read.format("delta").load(table_path(settings, name))
@@ -98,7 +98,7 @@ def report(spark, settings: Settings) -> None:
         "destination", "subscription").show(truncate=False)
     print("== alerts sent ==")
     table("alerts").groupBy("kind", "severity").count().orderBy("kind").show(truncate=False)
-    from pipeline.spark.typed import changes_table, current_table
+    from pipeline.spark.typed.stage import changes_table, current_table
 
     for lay in settings.layouts:
         changes, current = changes_table(lay), current_table(lay)
@@ -122,16 +122,17 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from pipeline.ops.metrics import job_metrics
     from pipeline.sim import FaultPlan
     from pipeline.sim.live import LiveReplicator
-    from pipeline.spark.drain import await_idle, stop_between_batches
-    from pipeline.spark.query import start_stream
-    from pipeline.spark.session import build_session
+    from pipeline.spark.engine.drain import await_idle, stop_between_batches
+    from pipeline.spark.engine.query import start_stream
+    from pipeline.spark.engine.session import build_session
 
     print("demo: resetting the local topics, lake and checkpoint", flush=True)
     reset(settings)
     spark = build_session(settings)
-    query = start_stream(spark, settings, on_batch=progress)
+    query = start_stream(spark, settings, on_batch=progress, observe=job_metrics)
     sim = LiveReplicator(settings, transactions=args.transactions, seed=args.seed,
                          faults=FaultPlan(counts=FAULTS), rate=200.0, verbose=True,
                          sim=SIM).start()

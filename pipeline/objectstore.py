@@ -3,7 +3,7 @@ executors) and by pyarrow's S3 file system (the direct writer in the Python work
 
 Why a module of its own: a lake on ``s3a://`` is written by two clients. Spark (Delta's log,
 the Spark-appended tables, the checkpoint) reads ``fs.s3a.*`` Hadoop settings; the direct
-writer's pyarrow (``pipeline.spark.datafiles``) knows neither those settings nor the scheme
+writer's pyarrow (``pipeline.spark.land.datafiles``) knows neither those settings nor the scheme
 name ``s3a``. Both are derived here from ``object_store`` (conf/README.md), so they cannot
 disagree about endpoint, region or addressing.
 

@@ -82,7 +82,7 @@ def secured_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setting
 @pytest.fixture(scope="session")
 def spark(test_settings: Settings):
     """A real local Spark session with Delta and the Kafka connector."""
-    from pipeline.spark.session import build_session
+    from pipeline.spark.engine.session import build_session
 
     session = build_session(test_settings)
     yield session

@@ -14,8 +14,8 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AclOperation
 
 from pipeline.config import ConfigError, Kafka, Settings, Topics, load_settings
+from pipeline.errors import REFUSED, KafkaRefused
 from pipeline.kafka_refusal import ClientErrors, classify
-from pipeline.ops.errors import REFUSED, KafkaRefused
 from pipeline.ops.topic_check import (
     KafkaOutOfReach,
     check_permissions,
@@ -236,7 +236,7 @@ def test_the_job_exits_5_when_refused(monkeypatch: pytest.MonkeyPatch, tmp_path:
 # -- secrets appear nowhere but in the mapping's output ---------------------------------------
 
 def test_the_sentinel_password_leaks_nowhere(tmp_path: Path) -> None:
-    from pipeline.spark.session import session_conf
+    from pipeline.spark.engine.session import session_conf
 
     conf = tmp_path / "c.yaml"
     conf.write_text("kafka:\n  bootstrap_servers: b1:9093\n  security_protocol: SASL_SSL\n"

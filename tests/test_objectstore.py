@@ -113,7 +113,7 @@ def test_direct_writer_writes_parquet_to_the_s3_server(tmp_path: Path, s3_server
     environment's credentials: the file is there, with the size and rows it reports."""
     import pyarrow.parquet as pq
 
-    from pipeline.spark.datafiles import data_files
+    from pipeline.spark.land.datafiles import data_files
 
     for key, value in s3_server.env.items():
         monkeypatch.setenv(key, value)
@@ -138,8 +138,8 @@ def test_direct_writer_writes_parquet_to_the_s3_server(tmp_path: Path, s3_server
 def test_s3a_jars_and_settings_only_for_an_s3a_lake(tmp_path: Path) -> None:
     """spark.jars gets hadoop-aws and the SDK (not what pyspark ships, e.g. Netty) only when
     the lake or checkpoint is on s3a://, and the session conf the S3A settings with them."""
-    from pipeline.spark.jars import settings_jars
-    from pipeline.spark.session import session_conf
+    from pipeline.spark.engine.jars import settings_jars
+    from pipeline.spark.engine.session import session_conf
 
     spark_dir, s3_dir = tmp_path / "spark", tmp_path / "s3"
     for folder, names in ((spark_dir, ["spark-sql-kafka-0-10_2.13-4.2.0.jar"]),

@@ -1,4 +1,5 @@
-"""The precedence rule between spark-submit and conf/, without Spark (pipeline/spark/launcher.py).
+"""The precedence rule between spark-submit and conf/, without Spark
+(pipeline/spark/engine/launcher.py).
 
 spark-submit's ``--master``, ``--deploy-mode``, ``--jars``, ``--driver-memory`` and ``--conf``
 win; conf fills what is unset; spark-submit's own defaults (local[*], the script's name) are
@@ -13,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Settings, load_settings
-from pipeline.spark.launcher import (
+from pipeline.spark.engine.launcher import (
     Launch,
     merge,
     parse_submit_args,
     read_launch,
     submitted_by_jvm,
 )
-from pipeline.spark.session import resolve_conf, session_conf
+from pipeline.spark.engine.session import resolve_conf, session_conf
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMIT = "org.apache.spark.deploy.SparkSubmit"

@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pipeline import errors
 from pipeline.config import ConfigError, Settings, load_settings
-from pipeline.ops import errors
-from pipeline.ops.errors import BrokerUnreachable, OpsError, UsageError
+from pipeline.errors import BrokerUnreachable, OpsError, UsageError
 
 INTERNAL_ERROR = 4
 EXIT_CODES = f"""exit codes:

@@ -41,12 +41,12 @@ mkdir -p dist && python -m zipfile -c dist/pipeline.zip pipeline
 spark-submit --master "$MASTER" --deploy-mode client --driver-memory 1g \\
   --conf spark.executor.memory=1g --conf spark.executor.cores=1 \\
   --conf spark.pyspark.python="$PWD/.venv/bin/python" \\
-  --jars "$(python -m pipeline.spark.jars --conf-file "$CONF")" \\
+  --jars "$(python -m pipeline.spark.engine.jars --conf-file "$CONF")" \\
   --py-files dist/pipeline.zip \\
   jobs/stream.py --conf-file "$CONF"
 """
 
-#: The line of the job's log (pipeline/spark/session.py) that says where its session runs.
+#: The line of the job's log (pipeline/spark/engine/session.py) that says where its session runs.
 SESSION_LINE = "Spark session "
 
 
@@ -276,7 +276,7 @@ def stop_job(job: subprocess.Popen, timeout_s: float = 120.0) -> int | None:
 def _table_rows(settings: Any) -> dict[str, int]:
     """Rows per table of the lake, read without Spark (the job holds the cluster's core)."""
     from pipeline.ops.lake import Lake
-    from pipeline.spark.tables import TABLES
+    from pipeline.spark.land.tables import TABLES
 
     lake = Lake(settings)
     return {name: lake.read(name).num_rows for name in TABLES if lake.exists(name)}

@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipeline.ops.errors import UsageError
+from pipeline.errors import UsageError
 from pipeline.ops.lake import Lake
 
 ACKS_TABLE = "gap_acks"

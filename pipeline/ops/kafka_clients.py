@@ -15,8 +15,8 @@ import logging
 from typing import Any
 
 from pipeline.config import Settings
+from pipeline.errors import BrokerUnreachable, KafkaRefused, OpsError
 from pipeline.kafka_refusal import ClientErrors
-from pipeline.ops.errors import BrokerUnreachable, KafkaRefused, OpsError
 
 
 def _quiet() -> logging.Logger:

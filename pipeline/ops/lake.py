@@ -15,8 +15,8 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from pipeline.config import Settings
-from pipeline.ops.errors import LakeUnreachable
-from pipeline.spark.tables import SCHEMAS, arrow_schema, table_path
+from pipeline.errors import LakeUnreachable
+from pipeline.spark.land.tables import SCHEMAS, arrow_schema, table_path
 
 
 class Lake:

@@ -37,6 +37,8 @@ from typing import Any
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from pipeline.config import Settings
+
 DEFAULT_JSONL = ".run/metrics.jsonl"
 COUNT_NAMES = ("transactions", "records", "bytes", "duplicates", "open_gaps")
 LEGS: dict[str, tuple[str, str]] = {
@@ -333,3 +335,29 @@ def attach_metrics(spark: Any, *, jsonl_path: str | Path = DEFAULT_JSONL,
                                query_name=query_name)
     spark.streams.addListener(listener)
     return listener
+
+
+class JobMetrics:
+    """The job's metrics as the engine reports them (``pipeline.spark.engine.query``'s
+    ``QueryObserver``): the batch writer's counts and latency legs to the listener."""
+
+    def __init__(self, listener: MetricsListener) -> None:
+        self.listener = listener
+
+    def batch_done(self, batch_id: int, counts: dict[str, int], seconds: float) -> None:
+        self.listener.record_batch_counts(batch_id, counts, seconds)
+
+    def batch_latency(self, batch_id: int, times: list[tuple[int | None, ...]]) -> None:
+        self.listener.record_batch_latency(batch_id, latency_breakdown_us(times))
+
+    def started(self, query: Any) -> None:
+        """Only this query's progress counts from now on."""
+        self.listener.query_name = query.name
+        self.listener.query_id = str(query.id)
+
+
+def job_metrics(spark: Any, settings: Settings) -> JobMetrics:
+    """The listener the job runs with (JSON lines in ``stream.metrics_file``, Prometheus on
+    ``stream.prometheus_port``): pass it to ``start_stream(..., observe=job_metrics)``."""
+    return JobMetrics(attach_metrics(spark, jsonl_path=settings.location(
+        settings.stream.metrics_file), prometheus_port=settings.stream.prometheus_port))

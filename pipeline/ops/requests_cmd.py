@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.config import Settings
+from pipeline.errors import UsageError
 from pipeline.kafka_refusal import ClientErrors
 from pipeline.ops import kafka_clients
-from pipeline.ops.errors import UsageError
 from pipeline.urb import UrbFormatError, decode_message
 from pipeline.urb import requests as urb_requests
 from pipeline.urb.codes import describe_status, describe_subcode

@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.config import Settings
+from pipeline.errors import BrokerUnreachable
 from pipeline.ops.checkpoint import processed_offsets
-from pipeline.ops.errors import BrokerUnreachable
 from pipeline.ops.gaps_cmd import Gap, load_gaps
 from pipeline.ops.lake import Lake
 from pipeline.ops.metrics import read_last_record

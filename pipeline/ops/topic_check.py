@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.config import Settings
+from pipeline.errors import KafkaRefused
 from pipeline.kafka_refusal import ClientErrors, denied
-from pipeline.ops.errors import KafkaRefused
 
 log = logging.getLogger("urbpipe.topics")
 _SLICE_S = 3.0  # one metadata attempt of the start check, then its errors are looked at

@@ -46,15 +46,36 @@ _TOD_UNIX_US = 2_208_988_800_000_000  # 1900-01-01 (the TOD epoch) to 1970-01-01
 MAX_INST_DESTINATIONS = len(_PLACES) - 1
 
 
-def inst_reply_routes(targets: Iterable[InitialStateTarget], request_token: str
-                      ) -> dict[tuple[str, str], tuple[str, str]]:
-    """(definition name, token) of the job's INST requests → the (destination, subscription)
-    key that sends them, for routing the replies (a definition named by two subscriptions
-    is left out: its replies cannot be told apart)."""
+@dataclass(frozen=True, slots=True)
+class InitialStateRoutes:
+    """Where INST replies go (they name the definition and token, never the subscription),
+    worked out once from the job's targets. A definition named by two subscriptions is left
+    out of both: its replies cannot be told apart and keep their destination-wide key.
+
+    - ``by_name``: definition name → the one subscription that names it;
+    - ``replies``: (definition name, token) of the job's INST requests → the (destination,
+      subscription) key that sends them.
+    """
+
+    by_name: Mapping[str, str]
+    replies: Mapping[tuple[str, str], tuple[str, str]]
+
+
+def initial_state_routes(targets: Iterable[InitialStateTarget], request_token: str
+                         ) -> InitialStateRoutes:
     targets = list(targets)
     names = [t.name for t in targets]
-    return {(t.name, t.token_for(d, request_token)): (d, t.subscription)
-            for t in targets if names.count(t.name) == 1 for d in t.destinations}
+    unique = [t for t in targets if names.count(t.name) == 1]
+    return InitialStateRoutes(
+        {t.name: t.subscription for t in unique},
+        {(t.name, t.token_for(d, request_token)): (d, t.subscription)
+         for t in unique for d in t.destinations})
+
+
+def inst_reply_routes(targets: Iterable[InitialStateTarget], request_token: str
+                      ) -> dict[tuple[str, str], tuple[str, str]]:
+    """``InitialStateRoutes.replies`` alone."""
+    return dict(initial_state_routes(targets, request_token).replies)
 
 
 @dataclass(frozen=True, slots=True)

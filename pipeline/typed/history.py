@@ -25,7 +25,8 @@ refresh lands as a closed interval, never as a current one. A version is current
 interval is open (``valid_to`` null). The cutoffs are the file's ``truncated_before`` values.
 
 ``history_of``/``apply_history_batch``/``truncate_history`` are the reference model of the
-history MERGE in ``pipeline.spark.typed`` and of the refresh in ``pipeline.spark.lifecycle``.
+history MERGE in ``pipeline.spark.typed.history`` and of the refresh in
+``pipeline.spark.typed.lifecycle``.
 """
 
 from __future__ import annotations

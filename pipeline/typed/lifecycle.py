@@ -19,7 +19,7 @@ DEAC when replication itself may have missed changes. This module replays them o
 * ``transition`` is the per-file status machine (active / stale / dropped) the ``file_status``
   table records.
 
-Plain Python; ``pipeline.spark.lifecycle`` applies the actions with Delta.
+Plain Python; ``pipeline.spark.typed.lifecycle`` applies the actions with Delta.
 """
 
 from __future__ import annotations
@@ -419,7 +419,7 @@ def widen_decision(event: LifecycleEvent, layout: RecordLayout | None,
       layout's type, widened in place when it is wider than theirs; the file stays active.
     * It does not: the file is stale (kind ``layout``: values may be cut or refused) until a
       layout that reads it — the format buffer changed and the job restarted, or a newer
-      GFFT version — clears it (``pipeline.spark.reconcile``); the result says whether the
+      GFFT version — clears it (``pipeline.spark.typed.reconcile``); the result says whether the
       tables can then widen in place or the field needs a new column.
     """
     change = field_change(event.detail)

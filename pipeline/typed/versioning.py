@@ -17,7 +17,7 @@ newer delete's values); taking them from the change makes any arrival order, dup
 included, end in the state that applying the changes in version order gives.
 
 ``apply_change``/``apply_batch`` are the reference model of the Delta MERGE in
-``pipeline.spark.typed`` (the Spark test checks the tables against them). The model's state
+``pipeline.spark.typed.merge`` (the Spark test checks the tables against them). The model's state
 holds every ISN the file has seen, deleted ones included:
 
 * ``upsert``   (I/U/R with an after image): the after image, verified. An initial-state R

@@ -30,7 +30,7 @@ from .errors import UrbFormatError
 from .layouts import ELEMENT_TABLES, STRIP
 from .walk import FORMS, Form, elements, first_error, form_of, frame
 
-#: The fields that tell an element's key (see pipeline/spark/decode_stage.py).
+#: The fields that tell an element's key (see pipeline/spark/engine/decode_stage.py).
 ROUTING_FIELDS: Mapping[str, frozenset[str]] = MappingProxyType({
     "URBT": frozenset({"urbtsnam"}), "URBC": frozenset({"urbcsnam"}),
     "URBE": frozenset({"urbesnam"}),

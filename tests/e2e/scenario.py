@@ -121,7 +121,7 @@ class Scenario:
         return [json.loads(line) for line in path.read_text().splitlines() if line]
 
     def table(self, spark: Any, name: str) -> Any:
-        from pipeline.spark.tables import table_path
+        from pipeline.spark.land.tables import table_path
 
         return spark.read.format("delta").load(table_path(self.settings, name))
 
@@ -129,7 +129,7 @@ class Scenario:
         """Each gap's latest row; only gaps of ``kind`` (``tsnr``: transactions, ``messages``:
         URBHMSNR holes, which every lost message also makes) when given."""
         from pipeline.demo import LATEST_GAPS
-        from pipeline.spark.tables import table_path
+        from pipeline.spark.land.tables import table_path
 
         rows = spark.sql(LATEST_GAPS.format(path=table_path(self.settings, "gaps"))).collect()
         return [r.asDict() for r in rows if kind is None or r["kind"] == kind]
@@ -137,11 +137,12 @@ class Scenario:
     def run(self, spark: Any, *, timeout_s: float = 420.0, settle_gaps: bool = True) -> None:
         """Start the job, send the stream, answer requests, wait until all is landed."""
         from pipeline.demo import gaps_settled
-        from pipeline.spark.drain import await_idle, stop_between_batches
-        from pipeline.spark.query import start_stream
+        from pipeline.ops.metrics import job_metrics
+        from pipeline.spark.engine.drain import await_idle, stop_between_batches
+        from pipeline.spark.engine.query import start_stream
 
         assert self.sim is not None
-        query = start_stream(spark, self.settings, trigger_interval="1 second")
+        query = start_stream(spark, self.settings, trigger_interval="1 second", observe=job_metrics)
         self.sim.start()
         try:
             await_idle(query, timeout_s=timeout_s, quiet_batches=2,

@@ -13,7 +13,7 @@ from decimal import Decimal
 
 import pytest
 
-from pipeline.spark.tables import table_path
+from pipeline.spark.land.tables import table_path
 from tests.e2e.scenario import Scenario
 
 COLOR = {"name": "COLOR", "destinations": ["OUT1"], "files": [4], "ebcdic": True,
@@ -42,11 +42,12 @@ def inst_settled(scenario: Scenario) -> bool:
 def run_until_settled(scenario: Scenario, spark, timeout_s: float = 420.0) -> None:
     """Scenario.run, waiting also for the INST requests' replies (they follow the resends)."""
     from pipeline.demo import gaps_settled
-    from pipeline.spark.drain import await_idle, stop_between_batches
-    from pipeline.spark.query import start_stream
+    from pipeline.ops.metrics import job_metrics
+    from pipeline.spark.engine.drain import await_idle, stop_between_batches
+    from pipeline.spark.engine.query import start_stream
 
     assert scenario.sim is not None
-    query = start_stream(spark, scenario.settings, trigger_interval="1 second")
+    query = start_stream(spark, scenario.settings, trigger_interval="1 second", observe=job_metrics)
     scenario.sim.start()
     try:
         await_idle(query, timeout_s=timeout_s, quiet_batches=2,
@@ -115,7 +116,7 @@ def test_a_requests_table_from_before_inst_requests_gains_the_columns(spark, tmp
     table (Delta would refuse the append of a row that has them)."""
     from pyspark.sql.types import StructType
 
-    from pipeline.spark.tables import SCHEMAS, add_missing_columns
+    from pipeline.spark.land.tables import SCHEMAS, add_missing_columns
 
     path = str(tmp_path / "requests")
     old = ("subscription string, destination string, epoch int, tsnr bigint, token string, "

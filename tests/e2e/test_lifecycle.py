@@ -18,10 +18,10 @@ from pipeline.sim import Replicator, SimConfig
 from pipeline.sim.config import from_settings
 from pipeline.sim.live import LiveReplicator
 from pipeline.sim.utility import parse_spec
-from pipeline.spark.lifecycle import apply_lifecycle
-from pipeline.spark.state_stage import OUTPUT_DDL, to_output
-from pipeline.spark.tables import ensure_tables, table_path
-from pipeline.spark.typed import write_typed_tables
+from pipeline.spark.engine.state_stage import OUTPUT_DDL, to_output
+from pipeline.spark.land.tables import ensure_tables, table_path
+from pipeline.spark.typed.lifecycle import apply_lifecycle
+from pipeline.spark.typed.stage import write_typed_tables
 from pipeline.urb import datetime_to_stck, decode_message, encode_message, make_element
 from tests.e2e.scenario import Scenario, scenario_settings
 from tests.integration.truth import generate
@@ -136,7 +136,7 @@ def _batch(spark, inserts: list[tuple[int, int, str]], statuses: list[dict]):
 
 def test_a_replayed_batch_applies_nothing_twice(spark, test_settings, tmp_path, monkeypatch):
     """Crash after schema_events, before file_status; then the batch runs twice more."""
-    from pipeline.spark import lifecycle as spark_lifecycle
+    from pipeline.spark.typed import lifecycle as spark_lifecycle
 
     settings = test_settings.model_copy(update={"stream": test_settings.stream.model_copy(
         update={"lake_dir": str(tmp_path / "lake")})})

@@ -33,7 +33,7 @@ from tests.e2e.scenario import BOTH_FORMS, Scenario, commits, landed, wait_until
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
-REFUSED = 5  # pipeline/ops/errors.py: Kafka refused us (authentication, TLS, authorization)
+REFUSED = 5  # pipeline/errors.py: Kafka refused us (authentication, TLS, authorization)
 
 
 def _make_topics(secured: Settings) -> Any:
@@ -221,8 +221,8 @@ def test_the_jobs_producer_names_a_wrong_password_too(secured_broker: Settings,
     """The producer of requests and alerts (``KafkaOut``) connects after the start check; a
     refusal it meets (the password rotated in between) is named, not "cannot reach"."""
     from pipeline.config import Kafka
-    from pipeline.ops.errors import KafkaRefused
-    from pipeline.spark.sinks import KafkaOut
+    from pipeline.errors import KafkaRefused
+    from pipeline.spark.land.kafka_out import KafkaOut
 
     wrong = tmp_path / "wrong.password"
     wrong.write_text("rotated-" + uuid.uuid4().hex)

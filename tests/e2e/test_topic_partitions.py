@@ -23,7 +23,7 @@ from pipeline.config import Settings, load_settings
 from pipeline.ops import broker
 from pipeline.ops.cli import main as urbpipe
 from pipeline.ops.topic_check import check_source_topics, cluster_partitions
-from pipeline.spark.tables import arrow_schema, table_path
+from pipeline.spark.land.tables import arrow_schema, table_path
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_CONF = ROOT / "conf" / "test.yaml"

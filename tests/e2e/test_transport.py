@@ -171,8 +171,9 @@ def test_a_transaction_arriving_after_its_gap_was_settled_lands_late(
         spark, kafka_bootstrap: str, tmp_path: Path) -> None:
     """No resend buffer: TRAN answers 131/34 and the gap is settled. The original message,
     held back by the transport, arrives later: it never landed, so it lands (filled_late)."""
-    from pipeline.spark.drain import await_idle, stop_between_batches
-    from pipeline.spark.query import start_stream
+    from pipeline.ops.metrics import job_metrics
+    from pipeline.spark.engine.drain import await_idle, stop_between_batches
+    from pipeline.spark.engine.query import start_stream
 
     held: list[Delivery] = []
 
@@ -183,7 +184,7 @@ def test_a_transaction_arriving_after_its_gap_was_settled_lands_late(
     color = {**COLOR, "resend_buffer": False}
     scenario = Scenario.build(tmp_path, f"late{uuid.uuid4().hex[:4]}", transactions=40,
                               seed=3, subscriptions=[color], edit=hold_back)
-    query = start_stream(spark, scenario.settings, trigger_interval="1 second")
+    query = start_stream(spark, scenario.settings, trigger_interval="1 second", observe=job_metrics)
     assert scenario.sim is not None
     scenario.sim.start()
     try:

@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from pipeline.spark.tables import table_path
+from pipeline.spark.land.tables import table_path
 from tests.e2e.scenario import Scenario
 
 COLOR_EBCDIC = {"name": "COLOR", "destinations": ["OUT1"], "files": [4], "ebcdic": True}

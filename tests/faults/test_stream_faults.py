@@ -50,10 +50,11 @@ def _decodes(value: bytes) -> bool:
 def _run(spark: Any, settings: Settings, send: Callable[[], None], *,
          timeout_s: float = 300.0) -> None:
     """Start the job in-process, send, and wait until it is idle with every gap settled."""
-    from pipeline.spark.drain import await_idle
-    from pipeline.spark.query import start_stream
+    from pipeline.ops.metrics import job_metrics
+    from pipeline.spark.engine.drain import await_idle
+    from pipeline.spark.engine.query import start_stream
 
-    query = start_stream(spark, settings, trigger_interval="1 second")
+    query = start_stream(spark, settings, trigger_interval="1 second", observe=job_metrics)
     try:
         send()
         await_idle(query, timeout_s=timeout_s, quiet_batches=2,

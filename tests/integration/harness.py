@@ -44,8 +44,8 @@ from pipeline.reassembly.config import inst_reply_routes
 from pipeline.reassembly.outbound import RequestForm, request_messages
 from pipeline.reassembly.tables import TABLES, ms_to_datetime
 from pipeline.sim import Delivery, Replicator, SimConfig
-from pipeline.spark.decode_stage import ARROW_SCHEMA, Covered, RecordDecoder
-from pipeline.spark.state_stage import split_frames
+from pipeline.spark.engine.decode_stage import ARROW_SCHEMA, Covered, RecordDecoder
+from pipeline.spark.engine.state_stage import split_frames
 
 Key = tuple[str, str]
 Tables = dict[str, list[dict[str, Any]]]
@@ -76,7 +76,7 @@ def partition_of(key: bytes | None, partitions: int) -> int:
 def decoder_for(config: SimConfig, codepage: str = CODEPAGE,
                 initial_state_routes: Mapping[str, str] | None = None,
                 reassembly: ReassemblyConfig | None = None) -> RecordDecoder:
-    """The decoder the job builds from conf (pipeline/spark/query.py:record_decoder);
+    """The decoder the job builds from conf (pipeline/spark/engine/query.py:record_decoder);
     ``initial_state_routes``: initial-state name -> subscription (conf ``initial_state``);
     ``reassembly``: routes the replies to the job's own INST requests to the asking key."""
     destinations = {d.topic: d.name for d in config.destinations}
@@ -185,7 +185,7 @@ def group_frames(rows: list[dict[str, Any]], batch_id: int, shuffle_seed: int,
 def call_key(blob: bytes | None, frames: Sequence[pd.DataFrame], now_ms: int,
              config: ReassemblyConfig, key: Key, decoder: RecordDecoder,
              ) -> tuple[bytes | None, int | None, Tables, list[Event]]:
-    """One state-function call, as pipeline/spark/state_stage.py makes it."""
+    """One state-function call, as pipeline/spark/engine/state_stage.py makes it."""
     elements, rejected = split_frames(frames, decoder)
     current = KeyState.from_bytes(blob) if blob is not None else None
     result = step(current, elements, now_ms, config, key)
@@ -227,7 +227,7 @@ def _put(mapping: dict[Key, Any], key: Key, value: Any) -> None:
 
 
 def request_bytes(rows: Sequence[Mapping[str, Any]], config: ReassemblyConfig) -> list[bytes]:
-    """The request messages for a batch's ``requests`` rows, as pipeline/spark/sinks.py
+    """The request messages for a batch's ``requests`` rows, as pipeline/spark/land/kafka_out.py
     sends them (``pipeline.reassembly.outbound``: one INST message per request)."""
     form = RequestForm(config.reply_destination, config.request_token)
     out = []

@@ -19,8 +19,8 @@ from pipeline.reassembly.tables import (
     events_to_rows,
     events_to_tables,
 )
-from pipeline.spark.datafiles import FILES_TABLE, DataFiles, delta_stats, writer_mode
-from pipeline.spark.tables import DIRECT_TABLES, SCHEMAS, arrow_schema
+from pipeline.spark.land.datafiles import FILES_TABLE, DataFiles, delta_stats, writer_mode
+from pipeline.spark.land.tables import DIRECT_TABLES, SCHEMAS, arrow_schema
 
 NOW_MS = 1_750_000_000_000
 STCK = 0xDD5D_0000_0000_0000  # some 2020s TOD clock value

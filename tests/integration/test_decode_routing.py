@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.spark.decode_stage import Covered, RecordDecoder
+from pipeline.spark.engine.decode_stage import Covered, RecordDecoder
 from pipeline.urb import decode_message, encode_message, make_element
 
 COVERED = {"OUT1": [Covered("COLOR", 10006, frozenset({4})),
@@ -154,7 +154,7 @@ def test_route_batch_gives_the_rows_of_each_record_in_order() -> None:
     message, a reply naming another key (two rows), a poison record, an empty batch."""
     import pyarrow as pa
 
-    from pipeline.spark.decode_stage import ARROW_SCHEMA, route_batch
+    from pipeline.spark.engine.decode_stage import ARROW_SCHEMA, route_batch
 
     data = encode_message(None, [make_element("URBT", urbtsnam="COLOR", urbttsnr=1),
                                  make_element("URBE", urbesnam="COLOR", urbetsnr=1)])

@@ -4,7 +4,7 @@ import gc
 
 import pytest
 
-from pipeline.spark.gcpause import gc_paused
+from pipeline.spark.engine.gcpause import gc_paused
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""State lanes planned without Spark (pipeline.spark.lanes): round-robin placement of the
+"""State lanes planned without Spark (pipeline.spark.engine.lanes): round-robin placement of the
 configured keys, stable JSON, and the decode stage tagging each row with its key's lane."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.spark.decode_stage import RecordDecoder
-from pipeline.spark.lanes import LaneError, from_json, plan_lanes, to_json
+from pipeline.spark.engine.decode_stage import RecordDecoder
+from pipeline.spark.engine.lanes import LaneError, from_json, plan_lanes, to_json
 
 
 def fake_partition(n: int):

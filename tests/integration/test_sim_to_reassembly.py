@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.sim import FaultPlan
-from pipeline.spark.decode_stage import ERROR_EYE
+from pipeline.spark.engine.decode_stage import ERROR_EYE
 from pipeline.urb import decode_message
 from tests.integration.harness import REQUEST_TOKEN, Harness, process_batch
 from tests.integration.scenarios import (

@@ -12,9 +12,9 @@ from pipeline.ops.metrics import latency_breakdown, latency_breakdown_us
 from pipeline.reassembly import KeyState
 from pipeline.reassembly.events import TransactionComplete
 from pipeline.reassembly.gaps import Gap
-from pipeline.spark.decode_stage import ERROR_EYE, RecordDecoder
-from pipeline.spark.sinks import latency_times
-from pipeline.spark.state_stage import STATS_TABLE, batch_output, key_stats, split_rows
+from pipeline.spark.engine.decode_stage import ERROR_EYE, RecordDecoder
+from pipeline.spark.engine.state_stage import STATS_TABLE, batch_output, key_stats, split_rows
+from pipeline.spark.land.report import latency_times
 from pipeline.urb import encode_message, make_element
 
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from pipeline.reassembly.config import ReassemblyConfig
 from pipeline.reassembly.gaps import stck_to_unix_ms
-from pipeline.spark.state_stage import to_output
+from pipeline.spark.engine.state_stage import to_output
 from tests.reassembly.builders import Feed, Harness, stck, txn
 
 COLUMNS = (("table", pa.string()), ("json", pa.string()), ("blob", pa.binary()))
@@ -42,8 +42,9 @@ def test_a_timer_waiting_for_a_gap_verdict_yields_no_events() -> None:
 
 def test_rows_are_json_the_sinks_schemas_parse() -> None:
     """The hand-over's JSON (orjson since the throughput work) keeps what ``json.dumps`` gave:
-    ISO 8601 times with their offset (``sinks._TS_FORMAT``), nested alert details as a JSON
-    string, tuples as arrays, None as null, big unsigned ints exact, unknown types as text."""
+    ISO 8601 times with their offset (``pipeline.spark.land.tables.TS_FORMAT``), nested alert
+    details as a JSON string, tuples as arrays, None as null, big unsigned ints exact, unknown
+    types as text."""
     from datetime import UTC, datetime
     from decimal import Decimal
 

@@ -1,6 +1,6 @@
 """Engine-free fixtures for the operator CLI: a conf pointing at a lake in tmp_path, and a way
 to write the job's Delta tables with the ``deltalake`` package (the schemas of
-pipeline/spark/tables.py), so every command runs against real Delta tables without Spark."""
+pipeline/spark/land/tables.py), so every command runs against real Delta tables without Spark."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from deltalake import write_deltalake
 
 from pipeline.config import Settings, load_settings
-from pipeline.spark.tables import arrow_schema, table_path
+from pipeline.spark.land.tables import arrow_schema, table_path
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 CONF = """

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Settings
+from pipeline.errors import UsageError
 from pipeline.ops.cli import main
-from pipeline.ops.errors import UsageError
 from pipeline.ops.gaps_cmd import current_gaps, find_gap
 from tests.ops.conftest import WriteTable, at, gap_row
 
@@ -77,7 +77,7 @@ def test_ack_of_unknown_gap_is_a_usage_error(conf_file: Path, write_table: Write
 def test_a_resume_command_names_its_key_and_who_sent_it() -> None:
     import json
 
-    from pipeline.ops.errors import UsageError
+    from pipeline.errors import UsageError
     from pipeline.ops.gaps_cmd import resume_command
 
     key, value = resume_command("OUT1/COLOR", "alice", "one partition now")

@@ -16,7 +16,7 @@ from pipeline.ops.cli import main
 from pipeline.ops.initial_state_cmd import current_requests
 from pipeline.reassembly.events import InitialStateChanged, InitialStateRequested
 from pipeline.reassembly.tables import events_to_rows
-from pipeline.spark.tables import arrow_schema, table_path
+from pipeline.spark.land.tables import arrow_schema, table_path
 from tests.ops.conftest import T0, WriteTable
 
 T0_MS = int(T0.timestamp() * 1000)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pipeline import errors
 from pipeline.config import Kafka, Settings
+from pipeline.errors import BrokerUnreachable, KafkaRefused
 from pipeline.kafka_refusal import ClientErrors
-from pipeline.ops import errors, kafka_clients
-from pipeline.ops.errors import BrokerUnreachable, KafkaRefused
+from pipeline.ops import kafka_clients
 
 SECRET = "pw-that-must-not-show"
 

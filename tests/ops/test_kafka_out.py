@@ -7,7 +7,7 @@ import time
 import pytest
 
 from pipeline.config import Settings
-from pipeline.spark.sinks import KafkaOut, KafkaUnreachable
+from pipeline.spark.land.kafka_out import KafkaOut, KafkaUnreachable
 
 
 def test_an_unreachable_broker_is_one_clear_error(test_settings: Settings) -> None:

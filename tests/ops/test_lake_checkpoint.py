@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Settings
+from pipeline.errors import LakeUnreachable
 from pipeline.ops.checkpoint import parse_offsets_file, processed_offsets
-from pipeline.ops.errors import LakeUnreachable
 from pipeline.ops.lake import Lake
-from pipeline.spark.tables import SCHEMAS, arrow_schema, ddl_arrow_schema
+from pipeline.spark.land.tables import SCHEMAS, arrow_schema, ddl_arrow_schema
 from tests.ops.conftest import WriteTable, transaction
 
 # What Spark 4 writes to <checkpoint>/offsets/<batchId> for one Kafka source.

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from pipeline.config import Settings, Subscription
+from pipeline.errors import UsageError
 from pipeline.ops import requests_cmd as rc
 from pipeline.ops.cli import main
-from pipeline.ops.errors import UsageError
 from pipeline.sim import Replicator
 from pipeline.sim.config import from_settings
 from pipeline.urb import decode_message

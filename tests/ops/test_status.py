@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Kafka, Settings, Topics
+from pipeline.errors import BrokerUnreachable
 from pipeline.ops.cli import main
-from pipeline.ops.errors import BrokerUnreachable
 from pipeline.ops.lake import Lake
 from pipeline.ops.status import build_report, format_report, source_end_offsets
 from tests.ops.conftest import WriteTable, at, gap_row, transaction

@@ -11,7 +11,7 @@ from pipeline.payload.gfft import gfft_from_layout, gfft_view
 from pipeline.reassembly.events import LayoutReceived, LayoutRejected, TransactionComplete
 from pipeline.reassembly.rows import ElementRow
 from pipeline.reassembly.tables import events_to_rows, stck_to_datetime
-from pipeline.spark.decode_stage import Covered, RecordDecoder
+from pipeline.spark.engine.decode_stage import Covered, RecordDecoder
 from pipeline.urb import encode_message, make_element
 from tests.reassembly.builders import STCK_2004, Elem, Feed, Harness, elements, txn
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from pipeline.reassembly.events import ImageOut, RecordOut, TransactionComplete
 from pipeline.reassembly.tables import events_to_rows, events_to_tables
-from pipeline.spark.committer import DeltaCommitter
-from pipeline.spark.datafiles import FILES_TABLE, DataFiles
-from pipeline.spark.ledger import CommitLedger
-from pipeline.spark.sinks import _write_delta
-from pipeline.spark.tables import DIRECT_TABLES, SCHEMAS
+from pipeline.spark.land.committer import DeltaCommitter
+from pipeline.spark.land.datafiles import FILES_TABLE, DataFiles
+from pipeline.spark.land.ledger import CommitLedger
+from pipeline.spark.land.tables import DIRECT_TABLES, SCHEMAS
+from pipeline.spark.land.writes import write_once
 
 NOW_MS = 1_750_000_000_000
 STCK = 0xDD5D_1234_5678_9000
@@ -161,7 +161,7 @@ def test_a_restart_may_switch_writers(spark, tmp_path: Path) -> None:
             if table in ("transactions", "records", "images"):
                 frame = spark.createDataFrame([{**r, "batch_id": batch_id} for r in rows],
                                               f"{SCHEMAS[table]}, batch_id bigint")
-                _write_delta(frame, paths[table], f"app-{table}", batch_id, ledger)
+                write_once(frame, paths[table], f"app-{table}", batch_id, ledger)
 
     spark_append([txn(1)], 0)
     assert not any(commit_batch(spark, paths, write_batch(paths, [txn(1)], 0), "app", 0,

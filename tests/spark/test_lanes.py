@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.spark.lanes import LANES_FILE, LaneError, checkpoint_lanes, spark_partitions
+from pipeline.spark.engine.lanes import LANES_FILE, LaneError, checkpoint_lanes, spark_partitions
 
 
 def _settings(test_settings, partitions: int):

@@ -1,13 +1,13 @@
 """The sinks' exactly-once appends: a replayed batch lands nothing twice, with or without the
-Delta log's help (pipeline.spark.ledger), and a new app id (lost checkpoint) writes again."""
+Delta log's help (pipeline.spark.land.ledger), and a new app id (lost checkpoint) writes again."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from pipeline.spark.ledger import CommitLedger, commit_user_metadata, tag, tagged_batch
-from pipeline.spark.sinks import _write_delta
+from pipeline.spark.land.ledger import CommitLedger, commit_user_metadata, tag, tagged_batch
+from pipeline.spark.land.writes import write_once
 
 
 def _frame(spark, n: int, batch_id: int):
@@ -31,28 +31,28 @@ def test_replayed_batches_land_once(spark, tmp_path: Path) -> None:
     ledger = CommitLedger(spark, "app-a")
     assert ledger.landed(str(path), 0) is False  # no table yet
     for batch_id in (0, 1, 1, 0, 2, 2):  # replays of the newest and of an older batch
-        _write_delta(_frame(spark, 5, batch_id), str(path), "app-a-t", batch_id, ledger)
+        write_once(_frame(spark, 5, batch_id), str(path), "app-a-t", batch_id, ledger)
     assert _count(spark, path) == 15
     # a fresh ledger (a restarted driver) reads the same answer from the log
     fresh = CommitLedger(spark, "app-a")
     assert fresh.landed(str(path), 2) is True
     assert fresh.landed(str(path), 3) is False
-    _write_delta(_frame(spark, 5, 2), str(path), "app-a-t", 2, fresh)
+    write_once(_frame(spark, 5, 2), str(path), "app-a-t", 2, fresh)
     assert _count(spark, path) == 15
     # a lost checkpoint gives a new app id: its batch 0 is new data
-    _write_delta(_frame(spark, 5, 0), str(path), "app-b-t", 0, CommitLedger(spark, "app-b"))
+    write_once(_frame(spark, 5, 0), str(path), "app-b-t", 0, CommitLedger(spark, "app-b"))
     assert _count(spark, path) == 20
 
 
 def test_untagged_commits_on_top_fall_back_to_txn(spark, tmp_path: Path) -> None:
     path = str(tmp_path / "t")
     ledger = CommitLedger(spark, "app-c", max_scan=2)
-    _write_delta(_frame(spark, 3, 0), path, "app-c-t", 0, ledger)
+    write_once(_frame(spark, 3, 0), path, "app-c-t", 0, ledger)
     for _ in range(3):  # e.g. maintenance commits by someone else, untagged
         _frame(spark, 1, 99).write.format("delta").mode("append").save(path)
     assert ledger.landed(path, 0) is None  # the log cannot tell within max_scan
-    _write_delta(_frame(spark, 3, 1), path, "app-c-t", 1, ledger)  # txnAppId path
-    _write_delta(_frame(spark, 3, 1), path, "app-c-t", 1, ledger)  # replay: skipped by Delta
+    write_once(_frame(spark, 3, 1), path, "app-c-t", 1, ledger)  # txnAppId path
+    write_once(_frame(spark, 3, 1), path, "app-c-t", 1, ledger)  # replay: skipped by Delta
     assert _count(spark, path) == 3 + 3 + 3
     txns = [json.loads(line)["txn"] for f in (Path(path) / "_delta_log").glob("*.json")
             for line in f.read_text().splitlines() if line.startswith('{"txn"')]

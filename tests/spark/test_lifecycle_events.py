@@ -11,9 +11,9 @@ from datetime import timedelta
 import pytest
 
 from pipeline.config import Settings
-from pipeline.spark.lifecycle import apply_lifecycle
-from pipeline.spark.tables import ensure_tables, table_path
-from pipeline.spark.typed import write_typed_tables
+from pipeline.spark.land.tables import ensure_tables, table_path
+from pipeline.spark.typed.lifecycle import apply_lifecycle
+from pipeline.spark.typed.stage import write_typed_tables
 from pipeline.urb import make_element
 from tests.e2e.test_lifecycle import _status
 from tests.spark.test_typed_merge import T0, Batch, _read, _settings

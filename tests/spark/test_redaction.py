@@ -1,7 +1,7 @@
 """Spark's own redaction, with the session the product builds: the Kafka secrets the job hands
 Spark's Kafka source (``Kafka.spark()``: the JAAS text with the SCRAM password, an inline client
 key) are shown as ``*********(redacted)`` wherever Spark redacts (event log, UI environment
-page, plans), because ``spark.redaction.regex`` (pipeline/spark/session.py) names their keys.
+page, plans), because ``spark.redaction.regex`` (pipeline/spark/engine/session.py) names their keys.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ def test_tables_get_the_conf_properties_and_keep_them_current(spark, test_settin
                                                               tmp_path: Path) -> None:
     """stream.delta_checkpoint_interval / delta_stats_columns land on new tables, and a
     changed conf updates existing ones (one ALTER, nothing when they already match)."""
-    from pipeline.spark.tables import SCHEMAS, ensure_tables, table_path
+    from pipeline.spark.land.tables import SCHEMAS, ensure_tables, table_path
 
     def props(settings, table: str) -> dict:
         from delta.tables import DeltaTable

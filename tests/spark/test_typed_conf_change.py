@@ -2,7 +2,7 @@
 
 Images carrying a field the layout lacks are quarantined (source ``payload``); the operator adds
 the field to the format buffer, mapped to a new column, and restarts: the start's reconcile
-(``pipeline.spark.reconcile``, what ``start_stream`` runs) adds the column and the new images
+(``pipeline.spark.typed.reconcile``, what ``start_stream`` runs) adds the column and the new images
 land. What was quarantined stays there (the current row
 of its ISN unverified): ``urbpipe quarantine replay`` does not re-land payload rows
 (conf/README.md, "layouts").
@@ -12,13 +12,10 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-import pytest
-
 from pipeline.config import Settings
-from pipeline.spark import typed
-from pipeline.spark.reconcile import reconcile_tables
-from pipeline.spark.tables import ensure_tables, table_path
-from pipeline.spark.typed import write_typed_tables
+from pipeline.spark.land.tables import ensure_tables, table_path
+from pipeline.spark.typed.reconcile import reconcile_tables
+from pipeline.spark.typed.stage import write_typed_tables
 from tests.spark.test_typed_types import Batch, _color
 
 APP = "conf-change-test"
@@ -33,7 +30,7 @@ def _with_rank(settings: Settings) -> Settings:
 
 
 def test_a_field_added_to_the_format_buffer_becomes_a_column_at_restart(
-        spark, test_settings: Settings, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+        spark, test_settings: Settings, tmp_path) -> None:
     settings = test_settings.model_copy(update={"stream": test_settings.stream.model_copy(
         update={"lake_dir": str(tmp_path / "lake")})})
     ensure_tables(spark, settings)
@@ -43,7 +40,7 @@ def test_a_field_added_to_the_format_buffer_becomes_a_column_at_restart(
     counts = write_typed_tables(spark, before.frame(spark), 0, settings, APP)
     assert counts["quarantine_changes_color_4"] == 1, "4 bytes after the last field"
 
-    monkeypatch.setattr(typed, "_created", set())  # a restart with the new conf …
+    # a restart with the new conf: every call without a TypedTableSet checks the tables anew
     assert "changes_color_4.rank" in " ".join(reconcile_tables(spark, _with_rank(settings)))
     after = Batch().tx(3, 20, 4, [(3, "I", [("A", _color("GOLD", 3) + rank_7, EBCDIC)])])
     write_typed_tables(spark, after.frame(spark), 1, _with_rank(settings), APP)

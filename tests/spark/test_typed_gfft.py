@@ -18,10 +18,9 @@ from pipeline.payload.gfft import gfft_from_layout
 from pipeline.reassembly.gfft import gfft_event
 from pipeline.reassembly.rows import ElementRow
 from pipeline.reassembly.tables import events_to_rows
-from pipeline.spark.sinks import table_frame
-from pipeline.spark.state_stage import OUTPUT_DDL, to_output
-from pipeline.spark.tables import ensure_tables, table_path
-from pipeline.spark.typed import write_typed_tables
+from pipeline.spark.engine.state_stage import OUTPUT_DDL, to_output
+from pipeline.spark.land.tables import ensure_tables, table_frame, table_path
+from pipeline.spark.typed.stage import write_typed_tables
 from pipeline.urb.stck import TOD_UNIX_US
 
 T0 = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -180,7 +179,7 @@ V4 = parse_format_buffer("AA,8,A,AB,6,P,2.", COLUMNS)  # amount P4 → P6: decim
 def widened(spark, test_settings: Settings, tmp_path_factory: pytest.TempPathFactory):
     """V1, then AUTI says AB grew to 6 bytes (stale: V1 reads 4), then V4 reads 6 bytes: the
     tables widen in place, nothing is quarantined, the file is active again; replayed."""
-    from pipeline.spark.lifecycle import apply_lifecycle
+    from pipeline.spark.typed.lifecycle import apply_lifecycle
     from pipeline.urb import make_element
     from tests.e2e.test_lifecycle import _status
 

@@ -12,9 +12,9 @@ import pytest
 
 from pipeline.config import Settings
 from pipeline.payload import encode_payload, layout_from_conf
-from pipeline.spark.state_stage import OUTPUT_DDL, to_output
-from pipeline.spark.tables import ensure_tables, table_path
-from pipeline.spark.typed import write_typed_tables
+from pipeline.spark.engine.state_stage import OUTPUT_DDL, to_output
+from pipeline.spark.land.tables import ensure_tables, table_path
+from pipeline.spark.typed.stage import write_typed_tables
 from pipeline.typed import action_of, apply_batch, apply_history_batch, tombstones, visible
 from pipeline.typed.versioning import change_time
 
@@ -212,7 +212,7 @@ def test_a_crash_between_the_merges_is_repaired_by_the_replay(
         spark, test_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The current MERGE of a batch commits, the job dies before the tombstone and history
     MERGEs; the replay of that batch (same id) must land exactly what one clean run lands."""
-    import pipeline.spark.typed as typed
+    import pipeline.spark.typed.stage as typed
 
     settings = _settings(test_settings, tmp_path / "lake")
     ensure_tables(spark, settings)

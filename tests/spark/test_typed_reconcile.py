@@ -20,10 +20,10 @@ import pytest
 
 from pipeline.config import Layout, Settings
 from pipeline.payload import layout_from_conf
-from pipeline.spark.lifecycle import apply_lifecycle
-from pipeline.spark.reconcile import reconcile_tables
-from pipeline.spark.tables import ensure_tables, table_path
-from pipeline.spark.typed import write_typed_tables
+from pipeline.spark.land.tables import ensure_tables, table_path
+from pipeline.spark.typed.lifecycle import apply_lifecycle
+from pipeline.spark.typed.reconcile import reconcile_tables
+from pipeline.spark.typed.stage import write_typed_tables
 from pipeline.typed.widening import LayoutConflict
 from pipeline.urb import make_element
 from tests.e2e.test_lifecycle import _status

@@ -3,8 +3,8 @@
 The refresh truncates ``current_color_4``, clears the older tombstones and closes the open
 history intervals at its cutoff; a change committed before the cutoff that arrives later (late
 batch, resend) never comes back, a change after it lands, and replays change nothing. The job
-runs the typed tables first and the lifecycle then (sinks.py); the other order must give the
-same tables. Checked against the reference models (``pipeline.typed``).
+runs the typed tables first and the lifecycle then (``landing_steps``); the other order must
+give the same tables. Checked against the reference models (``pipeline.typed``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from datetime import timedelta
 import pytest
 
 from pipeline.config import Settings
-from pipeline.spark.lifecycle import apply_lifecycle
-from pipeline.spark.tables import ensure_tables
-from pipeline.spark.typed import write_typed_tables
+from pipeline.spark.land.tables import ensure_tables
+from pipeline.spark.typed.lifecycle import apply_lifecycle
+from pipeline.spark.typed.stage import write_typed_tables
 from pipeline.typed import apply_batch, history_of, truncate
 from pipeline.urb import make_element
 from tests.e2e.test_lifecycle import _status
@@ -50,7 +50,7 @@ def _run(spark, batch: Batch, batch_id: int, settings: Settings, lifecycle_first
     steps = [write_typed_tables, apply_lifecycle]
     for step in reversed(steps) if lifecycle_first else steps:
         if step is apply_lifecycle and "status_events" not in batch.tables:
-            continue  # sinks.py calls it only for batches with status events
+            continue  # its landing step runs it only for batches with status events
         step(spark, frame, batch_id, settings, APP)
 
 
@@ -116,7 +116,7 @@ def test_tables_equal_the_models_and_replays_change_nothing(refreshed) -> None:
 
 
 def test_file_cutoffs_reads_the_refresh_from_file_status(spark, refreshed) -> None:
-    from pipeline.spark.typed import file_cutoffs
+    from pipeline.spark.typed.stage import file_cutoffs
 
     settings = refreshed[0]
     micros = int((T0.timestamp() + REFRESH_SEC) * 1_000_000)

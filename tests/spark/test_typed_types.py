@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from pipeline.config import Layout, Settings
-from pipeline.spark.state_stage import OUTPUT_DDL, to_output
-from pipeline.spark.tables import ensure_tables, table_path
-from pipeline.spark.typed import write_typed_tables
+from pipeline.spark.engine.state_stage import OUTPUT_DDL, to_output
+from pipeline.spark.land.tables import ensure_tables, table_path
+from pipeline.spark.typed.stage import write_typed_tables
 
 T0 = datetime(2025, 3, 1, 8, 0, 0, tzinfo=UTC)
 APP = "types-test"

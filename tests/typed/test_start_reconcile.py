@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.spark import query
+from pipeline.spark.engine import query
 from pipeline.typed.widening import LayoutConflict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +37,7 @@ def test_start_stream_reconciles_right_after_ensure_tables(monkeypatch, test_set
 
 def test_a_layout_conflict_at_start_exits_with_code_2(monkeypatch, capsys) -> None:
     from pipeline.ops import topic_check
-    from pipeline.spark import session
+    from pipeline.spark.engine import session
 
     line = "layouts COLOR/10006/4: the format buffer now reads AB as string, but ..."
 

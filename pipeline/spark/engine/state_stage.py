@@ -5,7 +5,8 @@ Kafka record and key); ``split_rows`` decodes each record again and keeps the el
 key (see decode_stage.py for why). The state is one binary value (``KeyState.to_bytes``);
 the output is a narrow, generic row ``(table, json, blob)``: the table it lands in, its columns
 as JSON, and its one binary column (image payload, status data, quarantined bytes) kept out of
-the JSON. The sinks parse each table's rows with its declared schema.
+the JSON. The batch writer (``pipeline.spark.land``) parses each table's rows with its declared
+schema.
 
 Determinism matters for exactly-once: ``now`` is the batch's processing time from Spark (stored
 in the offset log, so a replayed batch sees the same value), never the wall clock.
@@ -30,14 +31,14 @@ from pipeline.reassembly.tables import (
     ms_to_datetime,
     stck_to_unix_us,
 )
-from pipeline.spark.datafiles import DataFiles, task_batch_id
-from pipeline.spark.decode_stage import ERROR_EYE, WARNING_EYE, RecordDecoder
-from pipeline.spark.gcpause import gc_paused
-from pipeline.spark.tables import BLOB_COLUMN
+from pipeline.spark.engine.decode_stage import ERROR_EYE, WARNING_EYE, RecordDecoder
+from pipeline.spark.engine.gcpause import gc_paused
+from pipeline.spark.land.datafiles import DataFiles, task_batch_id
+from pipeline.spark.land.tables import BLOB_COLUMN, OUTPUT_DDL, STATS_TABLE
 from pipeline.urb import UrbFormatError
 
-OUTPUT_DDL = "table string, json string, blob binary"
-STATS_TABLE = "_stats"
+__all__ = ["OUTPUT_DDL", "STATE_DDL", "STATS_TABLE", "batch_output", "key_stats",
+           "split_frames", "split_rows", "state_function", "to_output"]
 STATE_DDL = "state binary"
 
 
@@ -142,7 +143,7 @@ def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int,
     quarantined at the batch's processing time, plus the call's ``stats`` row (table
     ``STATS_TABLE``: read by the sink for the metrics, never landed). With ``files`` (the
     direct writer) the bulk tables' rows are written as Parquet here and the frame carries
-    their file descriptions instead (``pipeline.spark.datafiles``). Shared by both state
+    their file descriptions instead (``pipeline.spark.land.datafiles``). Shared by both state
     APIs."""
     if files is None:
         tables, columns = events_to_rows(events, now_ms, tod_offset_us), {}
@@ -166,7 +167,7 @@ def state_function(config: ReassemblyConfig, decoder: RecordDecoder,
                    state: Any) -> Iterator[pd.DataFrame]:
         now_ms = int(state.getCurrentProcessingTimeMs())
         pdfs = [] if state.hasTimedOut else list(frames)
-        with gc_paused():  # pipeline/spark/gcpause.py: a batch's garbage has no cycles
+        with gc_paused():  # pipeline/spark/engine/gcpause.py: a batch's garbage has no cycles
             current = KeyState.from_bytes(state.get[0]) if state.exists else None
             elements, rejected = split_frames(pdfs, decoder)
             result = step(current, elements, now_ms, config, (key[-2], key[-1]))

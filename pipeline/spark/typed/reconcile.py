@@ -1,7 +1,7 @@
 """The typed tables follow their layouts: at start, and when a GFFT version arrives.
 
-At start (``reconcile_tables``, called by ``pipeline.spark.query.start_stream`` right after the
-job's own tables exist), every layout with a format buffer in conf is compared with its
+At start (``reconcile_tables``, called by ``pipeline.spark.engine.query.start_stream`` right
+after the job's own tables exist), every layout with a format buffer in conf is compared with its
 change, current and history tables (tombstones carry no values):
 
 * a field the format buffer names and the tables lack becomes a column (``ADD COLUMNS``):
@@ -28,7 +28,7 @@ Exactly once: ALTERs compare with the schema first; the start's rows carry txnAp
 ``urbpipe-reconcile-…`` with the changed table's Delta version before the change (or the file's
 new status version) as txnVersion, so a start that dies half-way and starts again writes each
 row once; the typed stage's rows carry the batch's txnAppId/txnVersion and read the previous
-status without the batch's own rows, like ``pipeline.spark.lifecycle``.
+status without the batch's own rows, like ``pipeline.spark.typed.lifecycle``.
 """
 
 from __future__ import annotations
@@ -41,16 +41,19 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Layout, Settings
 from pipeline.payload import FieldSpec, GroupSpec, RecordLayout
-from pipeline.spark.lifecycle import (
+from pipeline.spark.land.tables import apply_plan, schema_types, table_path
+from pipeline.spark.land.writes import append_rows
+from pipeline.spark.typed.file_status import (
+    EPOCH,
     Outcome,
-    append_rows,
     config_targets,
     event_row,
     label_tables,
     previous_status,
     status_row,
 )
-from pipeline.spark.tables import schema_types, table_path
+from pipeline.spark.typed.stream_layouts import current_layouts, next_layout
+from pipeline.spark.typed.tables import TypedTableSet, value_tables
 from pipeline.typed.decoding import DecodeSpec, VersionedSpec
 from pipeline.typed.layouts import column_types
 from pipeline.typed.lifecycle import (
@@ -73,7 +76,6 @@ log = logging.getLogger("urbpipe.reconcile")
 #: ``file_status.run_id`` (and txnAppId prefix) of the rows the start writes.
 START_RUN = "urbpipe-reconcile"
 File = tuple[int, int]
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def reconcile_tables(spark: SparkSession, settings: Settings) -> list[str]:
@@ -81,11 +83,9 @@ def reconcile_tables(spark: SparkSession, settings: Settings) -> list[str]:
     the ``layout`` stale kind of files whose layouts now read their changed fields. What
     changed, as ``table.column …`` strings. Raises LayoutConflict before altering anything
     when a format buffer reads a column with a type its table cannot take in place."""
-    from pipeline.spark.typed import ensure_typed_tables, value_tables
-
     if not settings.layouts:
         return []
-    ensure_typed_tables(spark, settings)
+    TypedTableSet(settings).ensure(spark)
     plans: list[tuple[Layout, str, TablePlan]] = []
     for lay in settings.layouts:
         layout = lay.conf_layout()
@@ -122,8 +122,6 @@ def _apply(spark: SparkSession, settings: Settings, lay: Layout, table: str, pla
            now: datetime) -> list[str]:
     """Record then alter one table: the row's txnVersion is the table's version before the
     ALTERs, so a start that dies between the two records it once and alters it next time."""
-    from pipeline.spark.tables import conform_columns
-
     path = table_path(settings, table)
     version = int(spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first()["version"])
     row = {
@@ -138,15 +136,12 @@ def _apply(spark: SparkSession, settings: Settings, lay: Layout, table: str, pla
     }
     append_rows(spark, [row], "schema_events", settings, f"{START_RUN}-{table}", None,
                 txn_version=version)
-    conform_columns(spark, path, {**plan.added, **{c: new for c, (_, new) in
-                                                   plan.widened.items()}})
+    apply_plan(spark, path, plan)  # the plan reconcile_tables made: no second read
     return [f"{table}.{c}" for c in plan.describe()]
 
 
 # ------------------------------------------------------------------------- layout stale kind
 def _clear_at_start(spark: SparkSession, settings: Settings, now: datetime) -> list[str]:
-    from pipeline.spark.stream_layouts import current_layouts
-
     previous = previous_status(spark, settings)
     if not any("layout" in s.stale_kinds for s in previous.values()):
         return []
@@ -174,7 +169,7 @@ def versions_arrived(spark: SparkSession, settings: Settings,
     stage's own append."""
     run_id = f"{app_id}-gfft"
     previous = previous_status(spark, settings, (app_id, run_id), batch_id)
-    layouts = {suffix: _next_layout(spec) for suffix, spec in specs.items()}
+    layouts = {suffix: next_layout(spec) for suffix, spec in specs.items()}
     cleared = covered_files(spark, settings, layouts, previous, files, st="GFFT")
     if not cleared:
         return []
@@ -186,13 +181,6 @@ def versions_arrived(spark: SparkSession, settings: Settings,
     for _, event in cleared:
         rows += _event_rows(event, targets, seq + len(rows))
     return rows
-
-
-def _next_layout(spec: DecodeSpec | VersionedSpec) -> RecordLayout | None:
-    """The layout a spec decodes the file's next images with."""
-    if isinstance(spec, DecodeSpec):
-        return spec.layout
-    return spec.layouts.newest(spec.refused)
 
 
 def _event_rows(event: LifecycleEvent, targets: list[Target], seq: int) -> list[dict[str, Any]]:
@@ -245,7 +233,7 @@ def _pending(spark: SparkSession, settings: Settings,
     seen: dict[File, dict[str, tuple[int | None, FieldChange]]] = {}
     for r in rows:
         cut = files[(r.dbid, r.fnr)].truncated_before
-        cut_us = None if cut is None else (cut - _EPOCH) // timedelta(microseconds=1)
+        cut_us = None if cut is None else (cut - EPOCH) // timedelta(microseconds=1)
         if cut_us is not None and r.us is not None and r.us < cut_us:
             continue  # before the file was refreshed/defined again: its stale kinds cleared
         seen.setdefault((r.dbid, r.fnr), {})[r.event_id] = (

@@ -6,7 +6,7 @@ Maven copies the Kafka connector and Delta with all their runtime dependencies i
 library, Netty …) ship with pyspark already, in other versions. Passing both puts two versions
 of one class on the class path, so jars whose artifact pyspark already has are left out.
 
-    python -m pipeline.spark.jars [--conf-file F]   # prints the comma-separated list
+    python -m pipeline.spark.engine.jars [--conf-file F]   # prints the comma-separated list
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from pipeline.config import Settings
+from pipeline.config import ConfigError, Settings, load_settings
 
 _ARTIFACT = re.compile(r"^(?P<name>.+?)-\d[\w.+-]*\.jar$")
 # pyspark ships jcl-over-slf4j, which provides the commons-logging classes itself.
@@ -70,9 +68,7 @@ def settings_jars(settings: Settings) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeline.config import ConfigError, load_settings
-
-    parser = argparse.ArgumentParser(prog="python -m pipeline.spark.jars",
+    parser = argparse.ArgumentParser(prog="python -m pipeline.spark.engine.jars",
                                      description="Print the spark.jars list (comma-separated).")
     parser.add_argument("--conf-file", default=None)
     args = parser.parse_args(argv)

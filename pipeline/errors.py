@@ -1,7 +1,10 @@
-"""Exit codes of ``urbpipe`` and the exceptions that map to them.
+"""Exit codes of ``urbpipe`` and the job, and the exceptions that map to them.
 
 Scripts branch on the exit code, so each failure class has exactly one code and commands raise
 these instead of printing and exiting themselves; ``cli.main`` turns them into one stderr line.
+On the bottom floor (it imports nothing) because the streaming job raises one of them too: its
+Kafka producer's refusal (``pipeline.spark.land.kafka_out``), which ``jobs/stream.py`` maps to
+the same exit code as the commands.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ ledger tag as ``userMetadata``. Delta does the rest (conflict check, the log ent
 checkpoints). The actions are built from their JSON form in the Delta protocol and parsed by
 delta-spark (``Action.fromJson``), so no constructor of its internal case classes is called.
 
-Exactly once, like the Spark appends (``pipeline.spark.sinks``): a batch whose tag the table's
-log already holds (``pipeline.spark.ledger``) is not committed again; when the log cannot tell,
+Exactly once, like the Spark appends (``pipeline.spark.land.writes``): a batch whose tag the table's
+log already holds (``pipeline.spark.land.ledger``) is not committed again; when the log cannot tell,
 the table's own ``SetTransaction`` for the app id decides. Both carry the same app id
 (``<app>-<table>``) and tag as a Spark append would, so a restart may switch
 ``stream.raw_writer`` either way. The files of a batch that is not committed are deleted.
@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pipeline.spark.ledger import CommitLedger
+from pipeline.spark.land.ledger import CommitLedger
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -8,13 +8,13 @@ SAVS/SAVE, RESS/RESE, RPLS/RPLE, LOST, DEAC/REAC, REFR) into an action; here it 
   version (commit_time) is older than the utility's commit time (URBSTTIM). Running after the
   batch's MERGE, this keeps the changes of the same batch that came after the refresh. With
   ``deletes: remove`` the older tombstones go too (the cutoff, kept in ``file_status``, now
-  keeps every older change out of the current table: ``pipeline.spark.typed`` point 5); with
+  keeps every older change out of the current table: ``pipeline.spark.typed.stage`` point 5); with
   ``history`` the intervals open at the cutoff, or open past it, end there
   (``pipeline.typed.history.truncate_history``).
 * add columns (add new fields, write FDT): the columns the file's layout reads and its tables
   lack are added (``ALTER TABLE … ADD COLUMNS``) to the change, current and history tables.
   A new field reaches the tables once a layout reads it: a conf format buffer that names it
-  (the job reconciles the tables at start: ``pipeline.spark.reconcile``) or a GFFT version.
+  (the job reconciles the tables at start: ``pipeline.spark.typed.reconcile``) or a GFFT version.
 * widen (changed field length/format): checked against the layout that decodes the file's
   next images (the newest GFFT version the tables take, else the format buffer). If it
   already reads the new length/format, the tables take its type — widened in place with
@@ -33,22 +33,31 @@ same transitions and Delta skips what it already committed.
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Settings
-from pipeline.spark.tables import SCHEMAS, table_path
+from pipeline.spark.land.batch_writer import LandedBatch
+from pipeline.spark.land.tables import table_frame, table_path
+from pipeline.spark.land.writes import append_rows, delta_txn
+from pipeline.spark.typed.file_status import (
+    EPOCH,
+    Outcome,
+    config_targets,
+    event_row,
+    label_tables,
+    previous_status,
+    status_row,
+    utc,
+)
+from pipeline.spark.typed.stream_layouts import NextLayouts, conform_tables, value_columns
+from pipeline.spark.typed.tables import TypedTableSet, value_tables
 from pipeline.typed.layouts import column_types
 from pipeline.typed.lifecycle import (
     LIFECYCLE_STATUSES,
     Action,
-    FileState,
-    FileStatus,
     LifecycleEvent,
     Target,
     files_of,
@@ -64,29 +73,35 @@ if TYPE_CHECKING:
     from pipeline.payload import RecordLayout
 
 log = logging.getLogger("urbpipe.lifecycle")
-_TXN_APP = "spark.databricks.delta.write.txnAppId"
-_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _TIMES = ("time", "commit_time", "received_at")
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What applying one event to one table did; ``stale`` marks the file stale for it."""
+class LifecycleEvents:
+    """Landing step: the batch's lifecycle statuses replayed on the typed tables, after them
+    (only when the batch landed status events)."""
 
-    table: str | None
-    result: str
-    stale: str | None = None
+    lap = None  # counted with the requests and alerts (``t_kafka_ms``)
 
+    def __init__(self, settings: Settings, tables: TypedTableSet,
+                 layouts: NextLayouts | None = None) -> None:
+        self._settings = settings
+        self._tables = tables
+        self._layouts = layouts or NextLayouts()
 
-def config_targets(settings: Settings) -> list[Target]:
-    """The configured layouts as lifecycle targets."""
-    return [Target(lay.subscription, lay.dbid, lay.fnr) for lay in settings.layouts]
+    def land(self, batch: LandedBatch) -> dict[str, int]:
+        if not batch.rows.get("status_events"):
+            return {}
+        return apply_lifecycle(batch.session, batch.frame, batch.batch_id, self._settings,
+                               batch.app_id, self._tables, self._layouts)
 
 
 def apply_lifecycle(spark: SparkSession, batch: DataFrame, batch_id: int, settings: Settings,
-                    app_id: str) -> dict[str, int]:
-    """Replay the batch's lifecycle statuses on the typed tables; rows written per table."""
+                    app_id: str, tables: TypedTableSet | None = None,
+                    next_layouts: NextLayouts | None = None) -> dict[str, int]:
+    """Replay the batch's lifecycle statuses on the typed tables; rows written per table.
+    ``tables``: the writer's record of the typed tables made so far (a new one checks them);
+    ``next_layouts``: the layouts that decode each file's next images, if the typed step of this
+    batch worked them out (else they are worked out here, when an event needs them)."""
     rows = _status_rows(batch, batch_id)
     if not rows:
         return {}
@@ -95,10 +110,9 @@ def apply_lifecycle(spark: SparkSession, batch: DataFrame, batch_id: int, settin
     if not events:  # only statuses without a lifecycle meaning (C5 user data, SUBS …)
         return {}
     if settings.layouts:
-        from pipeline.spark.typed import ensure_typed_tables
-
-        ensure_typed_tables(spark, settings)
-    applier = _Applier(spark, settings, app_id, batch_id, batch)
+        (tables or TypedTableSet(settings)).ensure(spark)
+    applier = _Applier(spark, settings, app_id, batch_id, batch,
+                       next_layouts or NextLayouts())
     previous = previous_status(spark, settings, (app_id,), batch_id)
     event_rows: list[dict[str, Any]] = []
     steps: list[tuple[LifecycleEvent, tuple[int, int], str | None]] = []
@@ -124,14 +138,12 @@ def _status_rows(batch: DataFrame, batch_id: int) -> list[dict[str, Any]]:
     """This batch's lifecycle statuses, in the order they happened."""
     from pyspark.sql import functions as F
 
-    from pipeline.spark.sinks import table_frame
-
     frame = table_frame(batch, "status_events", batch_id).where(
         F.col("st").isin(*sorted(LIFECYCLE_STATUSES)))
     # Times as UTC microseconds: collect() would give naive datetimes in the driver's zone.
     frame = frame.select("*", *[F.unix_micros(c).alias(f"_{c}_us") for c in _TIMES])
-    rows = [{**r.asDict(), **{c: _utc(r[f"_{c}_us"]) for c in _TIMES}} for r in frame.collect()]
-    return sorted(rows, key=lambda r: (r["time"] or r["received_at"] or _EPOCH, r["topic"] or "",
+    rows = [{**r.asDict(), **{c: utc(r[f"_{c}_us"]) for c in _TIMES}} for r in frame.collect()]
+    return sorted(rows, key=lambda r: (r["time"] or r["received_at"] or EPOCH, r["topic"] or "",
                                        r["partition"] or 0, r["offset"] or 0,
                                        r["elem_index"] or 0, r["destination"] or ""))
 
@@ -143,43 +155,19 @@ def _big_endian(settings: Settings, row: Mapping[str, Any]) -> bool | None:
     return True if sub is not None and sub.ebcdic else None
 
 
-def previous_status(spark: SparkSession, settings: Settings, run_ids: Sequence[str] = (),
-                    batch_id: int = 0) -> dict[tuple[int, int], FileStatus]:
-    """Each file's latest status, leaving out the rows the runs ``run_ids`` wrote in this very
-    batch or later (a replay after a crash recomputes them)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    frame = spark.read.format("delta").load(table_path(settings, "file_status"))
-    if run_ids:
-        frame = frame.where(~(F.col("run_id").isin(*run_ids) & (F.col("batch_id") >= batch_id)))
-    latest = Window.partitionBy("dbid", "fnr").orderBy(F.col("version").desc())
-    rows = (frame.withColumn("_n", F.row_number().over(latest)).where("_n = 1")
-            .withColumn("since_us", F.unix_micros("since"))
-            .withColumn("cut_us", F.unix_micros("truncated_before")).collect())
-    return {(r.dbid, r.fnr): FileStatus(
-        r.dbid, r.fnr, FileState(r.status),
-        tuple(k for k in (r.stale_kinds or "").split(",") if k), r.reason or "",
-        _utc(r.since_us), r.file_name or "", r.version, _utc(r.cut_us)) for r in rows}
-
-
-def _utc(micros: int | None) -> datetime | None:
-    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
-
-
 # ------------------------------------------------------------------------- applying
 class _Applier:
     """Applies one event to one target's tables; counts DML per table in the batch (txn ids)."""
 
     def __init__(self, spark: SparkSession, settings: Settings, app_id: str, batch_id: int,
-                 batch: DataFrame) -> None:
+                 batch: DataFrame, layouts: NextLayouts) -> None:
         self._spark = spark
         self._settings = settings
         self._app_id = app_id
         self._batch_id = batch_id
         self._batch = batch
         self._deletes: dict[str, int] = {}
-        self._layouts: dict[str, tuple[RecordLayout | None, str]] | None = None
+        self._layouts = layouts
 
     def apply(self, event: LifecycleEvent, target: Target) -> Outcome:
         current = f"current_{target.suffix}"
@@ -199,7 +187,7 @@ class _Applier:
         """Truncate the current table; clear the tombstones and close the history with it."""
         if cutoff is None:
             return "not applied: the status carries no time to cut at"
-        micros = (cutoff - _EPOCH) // timedelta(microseconds=1)
+        micros = (cutoff - EPOCH) // timedelta(microseconds=1)
         older = f"commit_time < timestamp_micros({micros})"
         deleted = self._dml(f"current_{target.suffix}", "DELETE FROM {table} WHERE " + older)
         result = f"deleted {deleted} rows older than {cutoff.isoformat()}"
@@ -219,29 +207,21 @@ class _Applier:
         """Run a DELETE/UPDATE on ``table`` once per batch (its own txn id); rows affected."""
         n = self._deletes.get(table, 0)
         self._deletes[table] = n + 1
-        with _txn(self._spark, f"{self._app_id}-lifecycle-{table}-{n}", self._batch_id):
+        with delta_txn(self._spark, f"{self._app_id}-lifecycle-{table}-{n}", self._batch_id):
             result = self._spark.sql(sql.format(table=f"delta.`{self._path(table)}`")).collect()
         return int(result[0][0]) if result and result[0][0] is not None else 0
 
     def _layout(self, target: Target) -> tuple[RecordLayout | None, str]:
-        """The layout that decodes the target's next images and its source (conf/gfft); the
-        GFFT versions are read once per batch, with the batch's own."""
-        from pipeline.spark.stream_layouts import current_layouts
-
-        if self._layouts is None:
-            self._layouts = current_layouts(self._spark, self._settings, self._batch,
-                                            self._batch_id)
-        return self._layouts.get(target.suffix, (None, "conf"))
+        """The layout that decodes the target's next images and its source (conf/gfft): once
+        per batch (``NextLayouts``), with the batch's own GFFT versions."""
+        layouts = self._layouts.of(self._spark, self._settings, self._batch, self._batch_id)
+        return layouts.get(target.suffix, (None, "conf"))
 
     def _tables(self, target: Target) -> list[str]:
-        from pipeline.spark.typed import value_tables
-
         lay = next(x for x in self._settings.layouts if x.table_suffix() == target.suffix)
         return value_tables(lay)
 
     def _add_columns(self, target: Target) -> Outcome:
-        from pipeline.spark.stream_layouts import conform_tables
-
         current = f"current_{target.suffix}"
         layout, source = self._layout(target)
         if layout is None:
@@ -257,8 +237,6 @@ class _Applier:
         return Outcome(current, f"no field the layout reads lacks a column: {how}")
 
     def _widen(self, event: LifecycleEvent, target: Target) -> Outcome:
-        from pipeline.spark.stream_layouts import conform_tables, value_columns
-
         current = f"current_{target.suffix}"
         layout, source = self._layout(target)
         have = value_columns(self._spark, self._path(current))
@@ -267,76 +245,3 @@ class _Applier:
             conform_tables(self._spark, self._settings, self._tables(target),
                            dict(decision.widen))
         return Outcome(current, decision.result, decision.stale)
-
-
-def label_tables(spark: SparkSession, settings: Settings, statuses: Sequence[FileStatus],
-                 layouts: Sequence[Target]) -> None:
-    """The last status of each file, on its current tables' properties for analysts."""
-    last = {(s.dbid, s.fnr): s for s in statuses}
-    for t in layouts:
-        s = last.get((t.dbid, t.fnr))
-        if s is None:
-            continue
-        props = {"urbpipe.file_status": s.status, "urbpipe.file_status_reason": s.reason,
-                 "urbpipe.file_status_since": s.since.isoformat() if s.since else ""}
-        text = ", ".join(f"'{k}' = {_sql_string(v)}" for k, v in props.items())
-        spark.sql(f"ALTER TABLE delta.`{table_path(settings, f'current_{t.suffix}')}` "
-                  f"SET TBLPROPERTIES ({text})")
-
-
-# ------------------------------------------------------------------------- rows and writes
-def event_row(event: LifecycleEvent, outcome: Outcome, seq: int) -> dict[str, Any]:
-    return {
-        "event_id": event.event_id, "subscription": event.subscription,
-        "destination": event.destination, "st": event.st, "dbid": event.dbid,
-        "fnr": event.files[0] if len(event.files) == 1 else None,
-        "utility_type": event.utility_type, "utility": event.utility,
-        "detail_json": json.dumps({**event.detail, "files": list(event.files)}, sort_keys=True),
-        "action": str(event.action), "target_table": outcome.table, "result": outcome.result,
-        "reason": event.reason, "at": event.at, "received_at": event.received_at, "seq": seq,
-    }
-
-
-def status_row(s: FileStatus, event: LifecycleEvent, app_id: str, seq: int) -> dict[str, Any]:
-    return {
-        "dbid": s.dbid, "fnr": s.fnr, "status": str(s.status),
-        "stale_kinds": ",".join(s.stale_kinds), "reason": s.reason, "since": s.since,
-        "file_name": s.file_name, "version": s.version,
-        "truncated_before": s.truncated_before, "event_id": event.event_id,
-        "st": event.st, "action": str(event.action), "run_id": app_id,
-        "updated_at": event.received_at, "seq": seq,
-    }
-
-
-def append_rows(spark: SparkSession, rows: list[dict[str, Any]], table: str,
-                settings: Settings, app_id: str, batch_id: int | None, *,
-                txn_version: int | None = None) -> None:
-    """Append rows to a raw table once per (``app_id``-``table``, batch): each writer of a
-    table in a batch needs its own ``app_id``, or Delta skips the second append. Outside a
-    batch (at start: ``batch_id`` None) ``txn_version`` numbers the writes of ``app_id``."""
-    from pyspark.sql.types import StructType
-
-    if not rows:
-        return
-    schema = StructType.fromDDL(f"{SCHEMAS[table]}, batch_id bigint")
-    data = [tuple({**r, "batch_id": batch_id}[f.name] for f in schema.fields) for r in rows]
-    version = batch_id if txn_version is None else txn_version
-    (spark.createDataFrame(data, schema).write.format("delta").mode("append")
-     .option("txnAppId", f"{app_id}-{table}").option("txnVersion", version)
-     .save(table_path(settings, table)))
-
-
-@contextmanager
-def _txn(spark: SparkSession, app_id: str, version: int) -> Iterator[None]:
-    """Delta DML reads its idempotency pair from the session conf; unset right after."""
-    spark.conf.set(_TXN_APP, app_id)
-    spark.conf.set(_TXN_VERSION, str(version))
-    try:
-        yield
-    finally:
-        spark.conf.unset(_TXN_APP)
-        spark.conf.unset(_TXN_VERSION)
-
-
-def _sql_string(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -1,26 +1,43 @@
-"""The streaming query: Kafka source → decode → reassemble (stateful) → foreachBatch sinks.
+"""The streaming query: Kafka source → decode → reassemble (stateful) → foreachBatch landing.
 
 ``jobs/stream.py`` (spark-submit), the demo and the end-to-end tests all start the job through
-``start_stream`` so they run exactly the same plan.
+``start_stream`` so they run exactly the same plan. This is where the rooms meet: the engine's
+plan, the raw landing steps (``pipeline.spark.land``) and the typed ones
+(``pipeline.spark.typed``) in one ordered list (``landing_steps``). Metrics leave through the
+``observe`` callback its caller passes (``pipeline.ops.metrics.job_metrics``): nothing here
+imports the floor above.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from pipeline.config import Settings
 from pipeline.reassembly import ReassemblyConfig
-from pipeline.reassembly.config import InitialStateTarget, inst_reply_routes
-from pipeline.spark.datafiles import data_files
-from pipeline.spark.decode_stage import Covered, Key, RecordDecoder, arrow_decoder, spark_ddl
-from pipeline.spark.lanes import checkpoint_lanes
-from pipeline.spark.reconcile import reconcile_tables
-from pipeline.spark.sinks import BatchCallback, batch_writer
-from pipeline.spark.state_stage import OUTPUT_DDL, STATE_DDL, state_function
-from pipeline.spark.tables import ensure_tables
+from pipeline.reassembly.config import InitialStateTarget, initial_state_routes
+from pipeline.spark.engine.decode_stage import (
+    Covered,
+    Key,
+    RecordDecoder,
+    arrow_decoder,
+    spark_ddl,
+)
+from pipeline.spark.engine.lanes import checkpoint_lanes
+from pipeline.spark.engine.state_stage import OUTPUT_DDL, STATE_DDL, state_function
+from pipeline.spark.land.batch_writer import LandingStep, batch_writer
+from pipeline.spark.land.datafiles import data_files
+from pipeline.spark.land.kafka_out import RequestsAndAlerts
+from pipeline.spark.land.raw import RawTables
+from pipeline.spark.land.report import BatchCallback, BatchReport, LatencyCallback
+from pipeline.spark.land.tables import ensure_tables
+from pipeline.spark.typed.lifecycle import LifecycleEvents
+from pipeline.spark.typed.reconcile import reconcile_tables
+from pipeline.spark.typed.stage import TypedTables
+from pipeline.spark.typed.stream_layouts import NextLayouts
+from pipeline.spark.typed.tables import TypedTableSet
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -50,14 +67,6 @@ def reassembly_config(settings: Settings) -> ReassemblyConfig:
         initial_state_timeout_ms=settings.stream.initial_state.reply_timeout_ms)
 
 
-def initial_state_routes(settings: Settings) -> dict[str, str]:
-    """Initial-state name -> the one subscription that names it (INST replies carry no
-    subscription name; ambiguous names keep their destination-wide key)."""
-    names = [s.initial_state for s in settings.subscriptions if s.initial_state]
-    return {s.initial_state: s.name for s in settings.subscriptions
-            if s.initial_state and names.count(s.initial_state) == 1}
-
-
 def covered_subscriptions(settings: Settings) -> dict[str, list[Covered]]:
     """Each destination's configured subscriptions with their database and files."""
     out: dict[str, list[Covered]] = {}
@@ -67,19 +76,21 @@ def covered_subscriptions(settings: Settings) -> dict[str, list[Covered]]:
     return out
 
 
-def record_decoder(settings: Settings, lanes: Mapping[Key, int] | None = None
-                   ) -> RecordDecoder:
+def record_decoder(settings: Settings, lanes: Mapping[Key, int] | None = None,
+                   config: ReassemblyConfig | None = None) -> RecordDecoder:
+    """The decode and state stages' decoder for this conf (``config``: the reassembly
+    config, if already built)."""
     control = settings.topics.control
     destinations = {t: settings.destination_of(t) for t in settings.source_topics()
                     if t != control}
     homes = {s.name: s.destinations[0] for s in settings.subscriptions
              if len(s.destinations) == 1}
     default = settings.topics.pattern_destination or next(iter(destinations.values()))
-    config = reassembly_config(settings)
+    config = config or reassembly_config(settings)
+    inst = initial_state_routes(config.initial_states, config.request_token)
     return RecordDecoder(destinations, default, settings.replicator.codepage, homes,
-                         initial_state_routes(settings), lanes,
-                         inst_reply_routes(config.initial_states, config.request_token),
-                         covered_subscriptions(settings), control)
+                         inst.by_name, lanes, inst.replies, covered_subscriptions(settings),
+                         control)
 
 
 def kafka_source(spark: SparkSession, settings: Settings) -> DataFrame:
@@ -100,22 +111,24 @@ def build_plan(spark: SparkSession, settings: Settings,
                lanes: Mapping[Key, int] | None = None) -> DataFrame:
     """The streaming DataFrame of (table, json, blob) output rows. The state is keyed by
     (lane, destination, subscription): ``lanes`` spread the configured keys over the stateful
-    step's tasks (``pipeline.spark.lanes``)."""
+    step's tasks (``pipeline.spark.engine.lanes``)."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    decoder = record_decoder(settings, lanes)
+    config = reassembly_config(settings)
+    decoder = record_decoder(settings, lanes, config)
     files = data_files(settings)  # None: Spark appends every table (stream.raw_writer)
     messages = kafka_source(spark, settings).mapInArrow(arrow_decoder(decoder), spark_ddl())
     grouped = messages.groupBy("lane", "destination", "subscription")
     if settings.stream.state_api == "transformWithStateInPandas":
         # Open transactions' images in append-only list state (BENCHMARKS.md, "State API").
-        from pipeline.spark.state_tws import ReassemblyProcessor
+        # Imported only when chosen: it needs pyspark's StatefulProcessor and protobuf.
+        from pipeline.spark.engine.state_tws import ReassemblyProcessor
 
         return grouped.transformWithStateInPandas(
-            statefulProcessor=ReassemblyProcessor(reassembly_config(settings), decoder, files),
+            statefulProcessor=ReassemblyProcessor(config, decoder, files),
             outputStructType=OUTPUT_DDL, outputMode="Append", timeMode="ProcessingTime")
     return grouped.applyInPandasWithState(
-        state_function(reassembly_config(settings), decoder, files), OUTPUT_DDL, STATE_DDL,
+        state_function(config, decoder, files), OUTPUT_DDL, STATE_DDL,
         "append", GroupStateTimeout.ProcessingTimeTimeout)
 
 
@@ -142,35 +155,60 @@ def checkpoint_app_id(spark: SparkSession, checkpoint: str) -> str:
     return f"urbpipe-{json.loads(text.splitlines()[0])['id']}"
 
 
+class QueryObserver(Protocol):
+    """Who watches the running query (``pipeline.ops.metrics.JobMetrics`` for the job)."""
+
+    def batch_done(self, batch_id: int, counts: dict[str, int], seconds: float) -> None: ...
+
+    def batch_latency(self, batch_id: int, times: list[tuple[int | None, ...]]) -> None: ...
+
+    def started(self, query: StreamingQuery) -> None: ...
+
+
+def landing_steps(settings: Settings, on_batch: BatchCallback | None = None,
+                  on_latency: LatencyCallback | None = None) -> list[LandingStep]:
+    """The batch writer's steps, in order: raw tables; with conf layouts the typed tables, and
+    the lifecycle events after them; requests and alerts (its producer connects now); the
+    batch's metrics. The typed steps share one record of the typed tables made so far and
+    the layouts that decode each file's next images (worked out once per batch)."""
+    steps: list[LandingStep] = [RawTables(settings)]
+    typed, layouts = TypedTableSet(settings), NextLayouts()
+    if settings.layouts:
+        steps.append(TypedTables(settings, typed, layouts))
+    steps += [LifecycleEvents(settings, typed, layouts), RequestsAndAlerts(settings),
+              BatchReport(on_batch, on_latency)]
+    return steps
+
+
 def start_stream(spark: SparkSession, settings: Settings, *,
                  on_batch: BatchCallback | None = None,
-                 trigger_interval: str | None = None) -> StreamingQuery:
-    """Create the tables, attach the metrics listener (JSON lines in stream.metrics_file,
-    Prometheus on stream.prometheus_port), then start the query from its checkpoint.
+                 trigger_interval: str | None = None,
+                 observe: Callable[[SparkSession, Settings], QueryObserver] | None = None,
+                 ) -> StreamingQuery:
+    """Create the tables, then start the query from its checkpoint. ``observe(spark,
+    settings)`` (the job's metrics: ``pipeline.ops.metrics.job_metrics``) is called once the
+    tables and lanes are ready; its observer hears of every batch and of the started query.
     ``on_batch(batch_id, table_counts, seconds)`` is called after every batch's writes."""
-    from pipeline.ops.metrics import attach_metrics, latency_breakdown_us
-
     ensure_tables(spark, settings)
     reconcile_tables(spark, settings)  # typed tables follow the conf layouts (LayoutConflict)
     checkpoint = settings.location(settings.stream.checkpoint_dir)
     app_id = checkpoint_app_id(spark, checkpoint)
     lanes = checkpoint_lanes(spark, settings, checkpoint)
-    listener = attach_metrics(spark, jsonl_path=settings.location(settings.stream.metrics_file),
-                              prometheus_port=settings.stream.prometheus_port,
-                              query_name=QUERY_NAME)
+    observer = observe(spark, settings) if observe is not None else None
 
     def batch_done(batch_id: int, counts: dict[str, int], seconds: float) -> None:
-        listener.record_batch_counts(batch_id, counts, seconds)
+        if observer is not None:
+            observer.batch_done(batch_id, counts, seconds)
         if on_batch is not None:
             on_batch(batch_id, counts, seconds)
 
-    def latency(batch_id: int, times: list) -> None:
-        listener.record_batch_latency(batch_id, latency_breakdown_us(times))
-
+    latency = observer.batch_latency if observer is not None else None
+    steps = landing_steps(settings, batch_done, latency)
     query = (build_plan(spark, settings, lanes).writeStream
-             .foreachBatch(batch_writer(settings, app_id, batch_done, latency))
+             .foreachBatch(batch_writer(settings, app_id, steps))
              .option("checkpointLocation", checkpoint)
              .trigger(processingTime=trigger_interval or settings.stream.trigger_interval)
              .queryName(QUERY_NAME).start())
-    listener.query_id = str(query.id)
+    if observer is not None:
+        observer.started(query)
     return query

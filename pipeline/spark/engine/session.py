@@ -3,7 +3,7 @@
 Nothing here resolves packages through Spark's Ivy at run time: the jars come from
 ``make jars`` (Maven, from the manifests in jvm/) and reach Spark through ``spark.jars``
 (``--jars`` under spark-submit). Under spark-submit its own settings win over conf
-(``pipeline/spark/launcher.py`` says what the launcher exposes and how the two meet).
+(``pipeline/spark/engine/launcher.py`` says what the launcher exposes and how the two meet).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from pipeline import objectstore
 from pipeline.config import ConfigError, Settings
-from pipeline.spark.jars import settings_jars
-from pipeline.spark.launcher import Launch, SessionConf, merge, read_launch
+from pipeline.spark.engine.jars import settings_jars
+from pipeline.spark.engine.launcher import Launch, SessionConf, merge, read_launch
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -123,7 +123,7 @@ def _require_driver_classes(settings: Settings) -> None:
     if missing:
         raise ConfigError(
             f"spark-submit started the driver without {' and '.join(missing)}: pass "
-            "--jars \"$(python -m pipeline.spark.jars --conf-file <conf>)\"")
+            "--jars \"$(python -m pipeline.spark.engine.jars --conf-file <conf>)\"")
 
 
 def _log_session(spark: SparkSession, resolved: SessionConf, settings: Settings) -> None:

@@ -53,10 +53,10 @@ from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValu
 from pipeline.reassembly import KeyState, ReassemblyConfig, step
 from pipeline.reassembly.events import ImageOut, TransactionComplete
 from pipeline.reassembly.rows import ElementRow
-from pipeline.spark.datafiles import DataFiles
-from pipeline.spark.decode_stage import RecordDecoder
-from pipeline.spark.gcpause import gc_paused
-from pipeline.spark.state_stage import OUTPUT_DDL, batch_output, key_stats, split_frames
+from pipeline.spark.engine.decode_stage import RecordDecoder
+from pipeline.spark.engine.gcpause import gc_paused
+from pipeline.spark.engine.state_stage import OUTPUT_DDL, batch_output, key_stats, split_frames
+from pipeline.spark.land.datafiles import DataFiles
 
 HEADER_DDL = "state binary"
 SPILLED_DDL = "epoch long, tsnr long, first_partition int, first_offset long"
@@ -85,7 +85,7 @@ class ReassemblyProcessor(StatefulProcessor):
                  files: DataFiles | None = None) -> None:
         self.config = config
         self.decoder = decoder
-        self.files = files  # the direct writer (pipeline/spark/datafiles.py), or None
+        self.files = files  # the direct writer (pipeline/spark/land/datafiles.py), or None
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -96,7 +96,7 @@ class ReassemblyProcessor(StatefulProcessor):
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
         frames = list(rows)
-        with gc_paused():  # pipeline/spark/gcpause.py: a batch's garbage has no cycles
+        with gc_paused():  # pipeline/spark/engine/gcpause.py: a batch's garbage has no cycles
             elements, rejected = split_frames(frames, self.decoder)
             out = self._advance(key, elements, rejected, timerValues, frames)
         yield out

@@ -27,9 +27,8 @@ from pipeline.config import TYPED_KEY_COLUMNS, Layout, Settings
 from pipeline.payload import LayoutError, LayoutKey, RecordLayout, layout_from_gfft
 from pipeline.payload.gfft import gfft_view
 from pipeline.reassembly.tables import stck_to_datetime
-from pipeline.spark.sinks import table_frame
-from pipeline.spark.tables import conform_columns, schema_types, table_path
-from pipeline.typed.decoding import VersionedSpec
+from pipeline.spark.land.tables import conform_columns, schema_types, table_frame, table_path
+from pipeline.typed.decoding import DecodeSpec, VersionedSpec
 from pipeline.typed.layouts import (
     ColumnPlan,
     FileLayouts,
@@ -216,6 +215,44 @@ def current_layouts(spark: SparkSession, settings: Settings, batch: DataFrame | 
             continue
         have = value_columns(spark, table_path(settings, f"current_{lay.table_suffix()}"))
         newest = fv.layouts.newest(plan_columns(fv.layouts, have, TYPED_KEY_COLUMNS).refused)
-        out[lay.table_suffix()] = (newest, "conf" if newest is None or newest.key is None
-                                   else "gfft")
+        out[lay.table_suffix()] = (newest, layout_source(newest))
     return out
+
+
+def next_layout(spec: DecodeSpec | VersionedSpec) -> RecordLayout | None:
+    """The layout a decode spec decodes the file's next images with."""
+    if isinstance(spec, DecodeSpec):
+        return spec.layout
+    return spec.layouts.newest(spec.refused)
+
+
+def layout_source(layout: RecordLayout | None) -> str:
+    """The source ``current_layouts`` names for the layout a file with GFFT versions decodes
+    with: ``conf`` without one or without a key, else ``gfft``."""
+    return "conf" if layout is None or layout.key is None else "gfft"
+
+
+class NextLayouts:
+    """Per table suffix, the layout that decodes a file's next images and its source, worked
+    out once per batch and shared by the typed steps: the typed step tells it from the decode
+    specs it built (``known``); the lifecycle step asks (``of``), and only when the typed step
+    did not read the batch's versions is it worked out again (``current_layouts``)."""
+
+    def __init__(self) -> None:
+        self._batch_id: int | None = None
+        self._layouts: dict[str, tuple[RecordLayout | None, str]] = {}
+
+    def known(self, batch_id: int, specs: Mapping[str, DecodeSpec | VersionedSpec]) -> None:
+        self._batch_id = batch_id
+        self._layouts = {}
+        for suffix, spec in specs.items():  # the same answer as current_layouts'
+            layout = next_layout(spec)
+            versions = isinstance(spec, VersionedSpec) and bool(spec.layouts.versions)
+            self._layouts[suffix] = (layout, layout_source(layout) if versions else "conf")
+
+    def of(self, spark: SparkSession, settings: Settings, batch: DataFrame, batch_id: int
+           ) -> dict[str, tuple[RecordLayout | None, str]]:
+        if self._batch_id != batch_id:
+            self._batch_id = batch_id
+            self._layouts = current_layouts(spark, settings, batch, batch_id)
+        return self._layouts

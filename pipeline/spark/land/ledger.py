@@ -7,12 +7,13 @@ holds them. Measured on the 2-core machine: 1.1-1.5 s per append with the option
 0.4 s without (BENCHMARKS.md, "Pipeline throughput"); with four to six tables per batch that
 was a third of the pipeline's batch time.
 
-So the sinks tag every append with ``userMetadata`` = ``urbpipe:<app id>:<batch id>`` (it lands
-in the commit's ``commitInfo``) and, before writing, read the newest commits of the table on the
-driver: if the newest commit that carries our app id is for this batch (or a later one), the
-batch was already landed and the write is skipped. That is the same guarantee as txnAppId, for
-the same reason: a table is appended to by one query, batch after batch, so its newest tagged
-commit tells how far the query got. Reading it costs a few small file reads, no Spark job.
+So the batch writer tags every append with ``userMetadata`` = ``urbpipe:<app id>:<batch id>``
+(it lands in the commit's ``commitInfo``) and, before writing, reads the newest commits of the
+table on the driver: if the newest commit that carries our app id is for this batch (or a later
+one), the batch was already landed and the write is skipped. That is the same guarantee as
+txnAppId, for the same reason: a table is appended to by one query, batch after batch, so its
+newest tagged commit tells how far the query got. Reading it costs a few small file reads, no
+Spark job.
 
 When the log does not answer (more than ``max_scan`` untagged commits on top, e.g. a burst of
 maintenance commits, or an unreadable commit), :meth:`CommitLedger.landed` returns None and the

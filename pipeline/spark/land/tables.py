@@ -16,13 +16,12 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from pipeline.config import Settings
+from pipeline.typed.widening import TablePlan, alter_target, table_plan, widen_steps
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
-
-    from pipeline.typed.widening import TablePlan
 
 #: Delta type widening (``ALTER COLUMN … TYPE`` to a wider type, ``pipeline.typed.widening``).
 TYPE_WIDENING = {"delta.enableTypeWidening": "true"}
@@ -78,7 +77,7 @@ SCHEMAS: dict[str, str] = {
         "file_name string, field_count int, layout_json string, ddl string, gfft_json string, "
         "raw binary, topic string, partition int, offset bigint, elem_index int, "
         "sent_time timestamp, received_at timestamp"),
-    # Utility/lifecycle events replayed on the typed tables (pipeline/spark/lifecycle.py): one
+    # Utility/lifecycle events replayed on the typed tables (pipeline/spark/typed/lifecycle.py): one
     # row per (status event, typed table it concerns), or one with no table when none does.
     "schema_events": (
         "event_id string, subscription string, destination string, st string, dbid int, "
@@ -96,8 +95,15 @@ SCHEMAS: dict[str, str] = {
 BLOB_COLUMN = {"images": "payload", "status_events": "data", "quarantine": "raw",
                "layouts": "raw"}
 TABLES = tuple(SCHEMAS)
+#: The stateful stage's output, the batch the writer lands: one row per table row, its columns
+#: as JSON and its one binary column (``BLOB_COLUMN``) kept out of the JSON.
+OUTPUT_DDL = "table string, json string, blob binary"
+#: The state calls' metrics rows in the batch: read by the writer, never landed.
+STATS_TABLE = "_stats"
+#: How the JSON's times read (ISO 8601 with offset, as the state stage writes them).
+TS_FORMAT = "yyyy-MM-dd'T'HH:mm:ss[.SSSSSS]XXX"
 #: Tables the direct writer lands from the state tasks' own Parquet files (every batch brings
-#: rows for them); the others stay on the Spark append path (pipeline/spark/datafiles.py).
+#: rows for them); the others stay on the Spark append path (pipeline/spark/land/datafiles.py).
 DIRECT_TABLES = ("transactions", "records", "images", "status_events")
 
 
@@ -135,6 +141,20 @@ def arrow_schema(table: str) -> pa.Schema:
     """The schema the job writes for ``table``: its columns plus ``batch_id`` (built once per
     process: the direct writer asks for it on every state call)."""
     return ddl_arrow_schema(f"{SCHEMAS[table]}, batch_id bigint")
+
+
+def table_frame(batch: DataFrame, table: str, batch_id: int) -> DataFrame:
+    """The typed rows of one table from the generic (table, json, blob) batch."""
+    from pyspark.sql import functions as F
+
+    parsed = (batch.where(F.col("table") == table)
+              .select(F.from_json("json", json_schema(table),
+                                  {"timestampFormat": TS_FORMAT}).alias("r"), "blob"))
+    cols = [F.col(f"r.{name.strip().split(' ')[0]}") for name in json_schema(table).split(",")]
+    blob = BLOB_COLUMN.get(table)
+    if blob:
+        cols.append(F.col("blob").alias(blob))
+    return parsed.select(*cols, F.lit(batch_id).cast("bigint").alias("batch_id"))
 
 
 def table_path(settings: Settings, table: str) -> str:
@@ -204,9 +224,14 @@ def conform_columns(spark: SparkSession, path: str, wanted: dict[str, str]) -> T
     table the first time). Idempotent: compares with the schema first, so a replay or a
     second start changes nothing. Columns it cannot take in place (``plan.conflicts``) are
     left as they are: the caller decides (``pipeline.typed.widening.table_plan``)."""
-    from pipeline.typed.widening import alter_target, table_plan, widen_steps
-
     plan = table_plan(schema_types(spark, path), wanted)
+    apply_plan(spark, path, plan)
+    return plan
+
+
+def apply_plan(spark: SparkSession, path: str, plan: TablePlan) -> None:
+    """The ALTERs of a plan made from the table's schema (``conform_columns``, or a caller
+    that planned first and records before it alters): add, then widen in place."""
     if plan.added:
         cols = ", ".join(f"`{c}` {t}" for c, t in plan.added.items())
         spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({cols})")
@@ -216,4 +241,3 @@ def conform_columns(spark: SparkSession, path: str, wanted: dict[str, str]) -> T
         for inner, typ in widen_steps(old, new) or []:
             spark.sql(f"ALTER TABLE delta.`{path}` ALTER COLUMN {alter_target(column, inner)} "
                       f"TYPE {typ}")
-    return plan

@@ -8,7 +8,7 @@ and cached, to the four tables takes 0.76 s, more than the raw Kafka→Delta pas
 for its whole batch. The state task already holds those rows in Python, so it writes them
 with pyarrow (one file per table and call) and hands the driver a small description of each
 file; the driver commits the files with delta-spark's own transaction
-(``pipeline.spark.committer``): one commit per table, no Spark job.
+(``pipeline.spark.land.committer``): one commit per table, no Spark job.
 
 What one state call does with its table rows (:meth:`DataFiles.split`):
 
@@ -17,7 +17,7 @@ What one state call does with its table rows (:meth:`DataFiles.split`):
   size, rows, modification time, Delta statistics);
 * rows a later stage of the same batch reads stay in the output as JSON as well ("mirrors"):
   the transactions, records and images of subscriptions with a typed layout
-  (``pipeline.spark.typed``) and the lifecycle statuses (``pipeline.spark.lifecycle``);
+  (``pipeline.spark.typed.stage``) and the lifecycle statuses (``pipeline.spark.typed.lifecycle``);
 * every other table (gaps, alerts, requests, quarantine, …) stays JSON, appended by Spark.
 
 The files carry ``batch_id`` like every landed row; the task learns it from the Spark local
@@ -45,7 +45,8 @@ from urllib.parse import urlparse
 from pipeline.config import Settings
 from pipeline.objectstore import S3Access, access, is_object_store, pyarrow_path
 from pipeline.reassembly.tables import Columns, columns_to_rows
-from pipeline.spark.tables import DIRECT_TABLES, arrow_schema, table_path
+from pipeline.spark.land.tables import DIRECT_TABLES, arrow_schema, table_path
+from pipeline.typed.lifecycle import LIFECYCLE_STATUSES
 
 FILES_TABLE = "_files"
 BATCH_PROPERTY = "urbpipe.batch_id"
@@ -71,8 +72,6 @@ def data_files(settings: Settings) -> DataFiles | None:
     """The task-side writer for this conf, or None when Spark appends every table."""
     if writer_mode(settings) != "direct":
         return None
-    from pipeline.typed.lifecycle import LIFECYCLE_STATUSES
-
     store = None
     if is_object_store(settings.location(settings.stream.lake_dir)):
         store = access(settings)  # endpoint/region resolved once, on the driver
@@ -199,5 +198,6 @@ def task_batch_id() -> int:
     value = context.getLocalProperty(BATCH_PROPERTY) if context is not None else None
     if value is None:
         raise RuntimeError(f"no Spark local property {BATCH_PROPERTY}: the direct writer runs "
-                           "only inside the job's foreachBatch (pipeline/spark/sinks.py)")
+                           "only inside the job's foreachBatch "
+                           "(pipeline/spark/land/batch_writer.py)")
     return int(value)

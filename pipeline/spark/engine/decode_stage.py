@@ -54,7 +54,7 @@ from pipeline.reassembly.rows import (
     TICK_EYE,
     ElementRow,
 )
-from pipeline.spark.gcpause import gc_paused
+from pipeline.spark.engine.gcpause import gc_paused
 from pipeline.urb import UrbFormatError, decode_message
 from pipeline.urb.scan import scan_header, scan_message
 
@@ -111,7 +111,7 @@ def _subscription_of(elements: list[Any]) -> str:
 class RecordDecoder:
     """Works out the keys of a Kafka record's elements, and its element rows for one key.
 
-    ``lanes`` gives each configured key its state lane (``pipeline.spark.lanes``; others 0);
+    ``lanes`` gives each configured key its state lane (``pipeline.spark.engine.lanes``; others 0);
     ``destinations`` maps source topics to destination names; ``home_destinations`` gives a
     subscription's only destination (a TRSP may leave URBSDNAM blank); ``initial_states`` maps
     an initial-state name to the one subscription whose conf names it (INST replies carry no
@@ -349,7 +349,7 @@ def arrow_decoder(decoder: RecordDecoder) -> Callable[[Iterator[pa.RecordBatch]]
 
     def decode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            with gc_paused():  # pipeline/spark/gcpause.py
+            with gc_paused():  # pipeline/spark/engine/gcpause.py
                 out = route_batch(decoder, batch)
             yield from out
 

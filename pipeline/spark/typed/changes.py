@@ -1,0 +1,125 @@
+"""Typed stage, decode side: the batch's records and images of the configured files, the
+rows an undecodable image is quarantined with, and the change each record makes.
+
+Points 1 to 3 of ``pipeline.spark.typed.stage``: transactions ⋈ records ⋈ images of the batch
+(the n-th tsnr-0 pseudo-transaction of a key matched with the n-th occurrence of each
+rsnr/dsnr, ``_seq``), and one change per record (``pipeline.typed.versioning``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pipeline.config import Layout, Settings
+from pipeline.spark.land.tables import BLOB_COLUMN, SCHEMAS, TS_FORMAT, json_schema
+from pipeline.spark.typed.stream_layouts import file_filter
+from pipeline.spark.typed.tables import META
+from pipeline.typed.decoding import ERROR_COLUMN, TYPED_IMAGE_TYPES
+from pipeline.typed.versioning import RSP_ISN_NOT_FOUND
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+KEYS = ("subscription", "destination", "epoch", "tsnr")
+
+
+def _rows(batch: DataFrame, table: str) -> DataFrame:
+    """Like ``pipeline.spark.land.tables.table_frame``, keeping the row's position ``_seq`` in
+    the batch."""
+    from pyspark.sql import functions as F
+
+    names = [c.strip().split(" ")[0] for c in json_schema(table).split(",")]
+    parsed = (batch.where(F.col("table") == table)
+              .select(F.from_json("json", json_schema(table),
+                                  {"timestampFormat": TS_FORMAT}).alias("r"), "blob", "_seq"))
+    cols = [F.col(f"r.{n}") for n in names]
+    if table in BLOB_COLUMN:
+        cols.append(F.col("blob").alias(BLOB_COLUMN[table]))
+    return parsed.select(*cols, "_seq")
+
+
+def _occurrence(frame: DataFrame, *extra: str) -> DataFrame:
+    """Number repeated keys (tsnr 0) in batch order: the n-th pseudo-transaction's rows."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    window = Window.partitionBy(*KEYS, *extra).orderBy("_seq")
+    return frame.withColumn("occ", F.row_number().over(window)).drop("_seq")
+
+
+def joined_rows(batch: DataFrame, settings: Settings) -> tuple[DataFrame, DataFrame]:
+    """(records, images) of the configured files, each with its transaction's columns.
+
+    Images: the after and before images only (``TYPED_IMAGE_TYPES``); K images (the key
+    before the image) are not records and stay in the raw ``images`` table.
+    """
+    from pyspark.sql import functions as F
+
+    seq = batch.withColumn("_seq", F.monotonically_increasing_id())
+    txs = _occurrence(_rows(seq, "transactions")).select(
+        *KEYS, "occ", "dbid", "commit_time", "origin", "landed_at")
+    recs = (_occurrence(_rows(seq, "records"), "rsnr")
+            .select(*KEYS, "occ", "rsnr", "fnr", "isn", F.col("type").alias("record_type"),
+                    "rsp", "record_time")
+            .join(txs, [*KEYS, "occ"])
+            .where(file_filter(list(settings.layouts)))
+            # versioning.change_time: an initial-state record is as new as its read (URBRTIME)
+            .withColumn("commit_time", F.when(
+                (F.col("record_type") == "R") & F.col("record_time").isNotNull(),
+                F.col("record_time")).otherwise(F.col("commit_time")))
+            .drop("record_time"))
+    imgs = (_occurrence(_rows(seq, "images"), "rsnr", "dsnr")
+            .select(*KEYS, "occ", "rsnr", "dsnr", "image_type", "payload", "acode", "wcode",
+                    "arc")
+            .where(F.col("image_type").isin(*TYPED_IMAGE_TYPES))
+            .join(recs, [*KEYS, "occ", "rsnr"]))
+    return recs, imgs
+
+
+def quarantine_rows(bad: DataFrame, lay: Layout, batch_id: int) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    details = F.to_json(F.struct("fnr", "isn", "rsnr", "dsnr", "record_type", "image_type"))
+    cols = {
+        "source": F.lit("payload"), "subscription": F.col("subscription"),
+        "destination": F.col("destination"), "epoch": F.col("epoch"), "tsnr": F.col("tsnr"),
+        "reason": F.concat(F.lit(f"layout {lay.subscription}/{lay.dbid}/{lay.fnr}: "),
+                           F.col(ERROR_COLUMN)),
+        "topic": F.lit(None), "partition": F.lit(None), "offset": F.lit(None),
+        "elem_index": F.col("rsnr"), "eye": F.lit("URBD"), "raw": F.col("payload"),
+        "fields_json": details, "quarantined_at": F.col("landed_at")}
+    names = [c.strip().split(" ") for c in SCHEMAS["quarantine"].split(",")]
+    return bad.select(*[cols[n].cast(t).alias(n) for n, t in names],
+                      F.lit(batch_id).cast("bigint").alias("batch_id"))
+
+
+def _one_image_per_type(changes: DataFrame) -> DataFrame:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    last = Window.partitionBy(*KEYS, "occ", "rsnr", "image_type").orderBy(F.col("dsnr").desc())
+    return changes.withColumn("_n", F.row_number().over(last)).where("_n = 1")
+
+
+def record_changes(recs: DataFrame, changes: DataFrame, values: list[str]) -> DataFrame:
+    """One change per record of the file: its action and the values of its own image.
+
+    Upserts take the after image, deletes and unverifies the before image (null without a
+    decodable one), so a row depends on its change alone (``pipeline.typed.versioning``).
+    """
+    from pyspark.sql import functions as F
+
+    images = _one_image_per_type(changes)
+    image = F.struct(*[F.col(f"`{v}`") for v in values])
+    on = [*KEYS, "occ", "rsnr"]
+    after = images.where(F.col("image_type") == "A").select(*on, image.alias("_after"))
+    before = images.where(F.col("image_type") == "B").select(*on, image.alias("_before"))
+    rows = recs.join(after, on, "left").join(before, on, "left")
+    # An initial-state record with response 113 says the ISN no longer exists: a delete.
+    gone = (F.col("record_type") == "R") & (F.col("rsp") == RSP_ISN_NOT_FOUND)
+    action = (F.when((F.col("record_type") == "D") | gone, "delete")
+              .when(F.col("_after").isNotNull(), "upsert").otherwise("unverify"))
+    rows = rows.withColumn("action", action).withColumn(
+        "_image", F.when(F.col("action") == "upsert", F.col("_after")).otherwise(F.col("_before")))
+    return rows.select("isn", *[F.col(f"_image.`{v}`").alias(v) for v in values], "action",
+                       (F.col("action") != "unverify").alias("verified"), *META)

@@ -1,0 +1,271 @@
+"""Typed tables per configured file: ``changes_``, ``current_``, ``tombstones_``, ``history_``.
+
+Runs inside foreachBatch after the raw tables are committed, from the same persisted batch:
+
+1. transactions ⋈ records ⋈ images of the batch. Initial-state pseudo-transactions all have
+   tsnr 0 and restart rsnr at 1, so (destination, subscription, epoch, tsnr, rsnr) is not unique
+   in a batch; the n-th tsnr-0 transaction of a key is matched with the n-th occurrence of each
+   rsnr/dsnr, in the order the state function emitted them (``_seq``: the batch is persisted,
+   so ``monotonically_increasing_id`` numbers its rows the same way on every read).
+2. The after and before images (A, B) of each configured file are decoded by
+   ``pipeline.typed.decode_rows`` (mapInPandas, one PayloadDecoder per form per partition);
+   K images (the key before the image, not the record) stay in the raw ``images`` table.
+   Good rows append to the change table; images that do not match the layout append to
+   ``quarantine`` (source ``payload``).
+3. The file's records become changes (action + the values of their own image), reduced to one
+   per ISN (the newest, see ``pipeline.typed.versioning``) and MERGEd into the current table
+   under a version guard. With ``deletes: remove`` a delete leaves a tombstone (its version) in
+   ``tombstones_<sub>_<fnr>``: the MERGE source drops changes a tombstone buries, a second
+   MERGE keeps the tombstones and purges those past ``tombstone_retention_days``.
+4. With ``history: true`` every version of the ISNs the batch touches is recomputed
+   (``pipeline.typed.history``) and MERGEd into ``history_<sub>_<fnr>`` (SCD type 2).
+5. Refresh/define file: ``pipeline.spark.typed.lifecycle`` truncates the current table, clears the
+   older tombstones and closes the open history intervals at the cutoff, and records it as
+   ``truncated_before`` in ``file_status``. Here the file's cutoffs (read once per batch) keep
+   a change committed before the latest one (a late batch, a resend) out of the current and
+   tombstone MERGEs — it is still appended to ``changes_`` — and end the history intervals of
+   older versions at the first cutoff after them (``pipeline.typed.history.closed_at``).
+   Either order within a batch is right: the job writes the typed tables first and the
+   lifecycle then, so the batch's own refresh is not yet in ``file_status`` and its truncate
+   removes/closes what the batch's pre-cutoff changes wrote; were the lifecycle first, the
+   cutoff would be read here and the changes filtered. The read is the same on a replay: a
+   batch's ``file_status`` rows exist only once all its typed MERGEs committed (skipped then),
+   and ``file_status`` is written by nothing here, so sources stay the same across the MERGEs.
+
+Exactly once: appends carry txnAppId/txnVersion; each MERGE reads them from the session conf
+(``spark.databricks.delta.write.txnAppId``/``txnVersion``), set just before and unset right
+after, never concurrently with another writer of this session. A crash between two MERGEs of a
+batch is safe: the replay skips the committed ones, and the sources of the others give the same
+rows whatever the committed ones changed (see ``unburied``, ``history_source``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from pipeline.config import Layout, Settings
+from pipeline.payload import spark_ddl
+from pipeline.spark.land.batch_writer import LandedBatch
+from pipeline.spark.land.tables import table_path
+from pipeline.spark.land.writes import append_once, append_rows
+from pipeline.spark.typed.changes import joined_rows, quarantine_rows, record_changes
+from pipeline.spark.typed.history import history_source, merge_history
+from pipeline.spark.typed.merge import (
+    file_cutoffs,
+    merge_current,
+    merge_source,
+    merge_tombstones,
+    since_cutoff,
+    unburied,
+)
+from pipeline.spark.typed.reconcile import versions_arrived
+from pipeline.spark.typed.stream_layouts import (
+    NextLayouts,
+    prepare_file,
+    read_versions,
+    value_columns,
+)
+from pipeline.spark.typed.tables import (
+    CHANGE_KEYS_DDL,
+    TypedTableSet,
+    changes_table,
+    current_table,
+    decode_spec,
+    form,
+    history_table,
+    tombstones_table,
+    value_tables,
+)
+from pipeline.typed.decoding import ERROR_COLUMN, DecodeSpec, VersionedSpec, decode_rows
+from pipeline.typed.layouts import FileLayouts, column_types
+from pipeline.typed.widening import widen_steps
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("urbpipe.typed")
+_DAY_US = 86_400_000_000
+
+
+class TypedTables:
+    """Landing step (with conf layouts): the typed tables, after the raw ones. Only when the
+    batch holds what they are made of (records, or GFFT layouts); a batch without them is the
+    common idle case (transformWithState runs one at every trigger) and the typed step's jobs
+    would cost it about a second: then the tables are only made sure to exist."""
+
+    lap = "t_typed_ms"
+
+    def __init__(self, settings: Settings, tables: TypedTableSet,
+                 layouts: NextLayouts | None = None) -> None:
+        self._settings = settings
+        self._tables = tables
+        self._layouts = layouts
+
+    def land(self, batch: LandedBatch) -> dict[str, int]:
+        if batch.rows.get("records") or batch.rows.get("layouts"):
+            return write_typed_tables(batch.session, batch.frame, batch.batch_id,
+                                      self._settings, batch.app_id, self._tables, self._layouts)
+        self._tables.ensure(batch.session)
+        return {}
+
+
+def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, settings: Settings,
+                       app_id: str, tables: TypedTableSet | None = None,
+                       next_layouts: NextLayouts | None = None) -> dict[str, int]:
+    """Land the typed tables of every configured layout for one batch; rows per table.
+    ``tables``: the writer's record of the tables made so far (a new one checks them all);
+    ``next_layouts`` is told the layout that decodes each file's next images, for the lifecycle
+    step of the same batch."""
+    if not settings.layouts:
+        return {}
+    from pyspark.sql import functions as F
+
+    (tables or TypedTableSet(settings)).ensure(spark)
+    recs, imgs = joined_rows(batch, settings)
+    recs = recs.persist()
+    counts: dict[str, int] = {}
+    try:
+        # the files present, with their newest commit time: the tombstones' retention horizon
+        newest = {(r["subscription"], r["dbid"], r["fnr"]): r["newest_us"] for r in (
+            recs.groupBy("subscription", "dbid", "fnr")
+            .agg(F.max(F.unix_micros("commit_time")).alias("newest_us")).collect())}
+        present = {f"{sub.lower()}_{fnr}" for sub, _, fnr in newest}
+        specs, events, fresh = _specs(spark, settings, batch, batch_id, present)
+        if next_layouts is not None and present:  # the versions were read: the specs are final
+            next_layouts.known(batch_id, specs)
+        if fresh:  # new GFFT versions may read what AUTI said a field became
+            events += versions_arrived(spark, settings, specs, fresh, app_id, batch_id,
+                                       len(events))
+        cutoffs = file_cutoffs(spark, settings) if newest else {}
+        for lay in settings.layouts:
+            key = (lay.subscription, lay.dbid, lay.fnr)
+            if key not in newest:
+                continue
+            horizon = (None if newest[key] is None or lay.tombstone_retention_days is None
+                       else newest[key] - int(lay.tombstone_retention_days * _DAY_US))
+            counts.update(_write_file(spark, lay, settings, specs[lay.table_suffix()], recs,
+                                      imgs, batch_id, app_id, horizon,
+                                      cutoffs.get((lay.dbid, lay.fnr), ())))
+        if events:
+            append_rows(spark, events, "schema_events", settings, f"{app_id}-gfft", batch_id)
+            counts["schema_events_gfft"] = len(events)
+    finally:
+        recs.unpersist()
+    if counts:
+        log.info("typed batch %s: %s", batch_id, counts)
+    return counts
+
+
+def _specs(spark: SparkSession, settings: Settings, batch: DataFrame, batch_id: int,
+           present: set[str]) -> tuple[dict[str, DecodeSpec | VersionedSpec],
+                                       list[dict[str, Any]], dict[tuple[int, int], Any]]:
+    """Each file's decode spec (by table suffix): its GFFT versions with the conf as fallback
+    (``pipeline.spark.typed.stream_layouts``), or the conf layout alone; the ``schema_events``
+    rows of the GFFT versions first seen in this batch; and the files those versions are of,
+    with the newest one's creation time. ``present``: the suffixes of the files the batch has
+    records of."""
+    versions = read_versions(spark, settings, batch, batch_id, bool(present))
+    specs: dict[str, DecodeSpec | VersionedSpec] = {}
+    events: list[dict[str, Any]] = []
+    fresh: dict[tuple[int, int], Any] = {}
+    for lay in settings.layouts:
+        suffix = lay.table_suffix()
+        fv = versions.get(suffix)
+        if fv is None or (not fv.layouts.versions and lay.format_buffer):
+            specs[suffix] = (_conf_spec(spark, settings, lay, suffix in present)
+                             if lay.format_buffer else
+                             VersionedSpec(FileLayouts(None), {}, **form(settings, lay),
+                                           tod_offset_us=settings.replicator.tod_offset_us))
+            continue
+        spec, rows = prepare_file(spark, settings, lay, fv, value_tables(lay),
+                                  form(settings, lay))
+        specs[suffix] = spec
+        events += [{**r, "seq": len(events) + i} for i, r in enumerate(rows)]
+        for at in (r["at"] for r in rows if r["at"] is not None):
+            fresh[(lay.dbid, lay.fnr)] = max(at, fresh.get((lay.dbid, lay.fnr), at))
+    return specs, events, fresh
+
+
+def _conf_spec(spark: SparkSession, settings: Settings, lay: Layout,
+               present: bool) -> DecodeSpec | VersionedSpec:
+    """The format buffer's spec. Tables that hold a column wider than the buffer reads it
+    (the buffer was narrowed after a widening) get the images decoded into their own type:
+    Delta refuses an append narrower than the table (``pipeline.typed.widening``)."""
+    spec = decode_spec(settings, lay)
+    if not present:
+        return spec
+    types = column_types(spec.layout)
+    have = value_columns(spark, table_path(settings, current_table(lay)))
+    wider = {c: have[c] for c, t in types.items() if c in have and widen_steps(t, have[c])}
+    if not wider:
+        return spec
+    return VersionedSpec(FileLayouts(spec.layout), {**types, **wider}, **form(settings, lay),
+                         tod_offset_us=settings.replicator.tod_offset_us)
+
+
+def _write_file(spark: SparkSession, lay: Layout, settings: Settings,
+                spec: DecodeSpec | VersionedSpec, recs: DataFrame, imgs: DataFrame,
+                batch_id: int, app_id: str, horizon_us: int | None,
+                cutoffs_us: tuple[int, ...]) -> dict[str, int]:
+    """One file's batch: decode and append its images, then MERGE its records.
+
+    Each image is decoded by the layout ``spec`` picks for its commit time; an image no
+    layout can decode (none yet, a refused version, bytes that do not fit) is quarantined.
+    """
+    from pyspark.sql import functions as F
+
+    values = spec.columns
+    mine = ((F.col("subscription") == lay.subscription) & (F.col("dbid") == lay.dbid)
+            & (F.col("fnr") == lay.fnr))
+    file_imgs = imgs.where(mine).withColumn("_commit_us", F.unix_micros("commit_time"))
+    schema = f"{', '.join(f'`{f.name}` {f.dataType.simpleString()}' for f in file_imgs.schema)}"
+    value_ddl = (spark_ddl(spec.layout) if isinstance(spec, DecodeSpec)
+                 else ", ".join(f"`{c}` {t}" for c, t in spec.types.items()))
+    out_ddl = ", ".join(p for p in (schema, value_ddl, f"{ERROR_COLUMN} string") if p)
+    decoded = (file_imgs.mapInPandas(lambda it: decode_rows(it, spec), out_ddl)
+               .drop("_commit_us").persist())
+    try:
+        good = decoded.where(F.col(ERROR_COLUMN).isNull())
+        bad = decoded.where(F.col(ERROR_COLUMN).isNotNull())
+        change_cols = [c.strip().split(" ")[0] for c in CHANGE_KEYS_DDL.split(",")]
+        changes = good.select(*change_cols, *[F.col(f"`{v}`") for v in values],
+                              F.lit(batch_id).cast("bigint").alias("batch_id"))
+        n_changes, n_bad = changes.count(), bad.count()
+        name = changes_table(lay)
+        if n_changes:
+            append_once(changes, table_path(settings, name), f"{app_id}-{name}", batch_id)
+        if n_bad:
+            append_once(quarantine_rows(bad, lay, batch_id), table_path(settings, "quarantine"),
+                    f"{app_id}-quarantine-{name}", batch_id)
+        file_recs = recs.where(mine)
+        if values:  # a file with no layout yet has no value columns to MERGE
+            _merge_file(spark, lay, settings, record_changes(file_recs, good, values), values,
+                        batch_id, app_id, horizon_us, cutoffs_us)
+        return {name: n_changes, current_table(lay): file_recs.count(),
+                f"quarantine_{name}": n_bad}
+    finally:
+        decoded.unpersist()
+
+
+def _merge_file(spark: SparkSession, lay: Layout, settings: Settings, rows: DataFrame,
+                values: list[str], batch_id: int, app_id: str, horizon_us: int | None,
+                cutoffs_us: tuple[int, ...]) -> None:
+    """The current table (with its tombstones) and the history, each MERGE exactly once.
+
+    Changes older than the file's latest refresh cutoff never reach the current table or the
+    tombstones; the history takes them as closed intervals (point 5 of the module doc).
+    """
+    cur, tomb, hist = current_table(lay), tombstones_table(lay), history_table(lay)
+    source = merge_source(since_cutoff(rows, cutoffs_us))
+    if lay.deletes == "remove":
+        source = unburied(spark, source, table_path(settings, cur), table_path(settings, tomb))
+    merge_current(spark, source, table_path(settings, cur), values, lay.deletes,
+                  f"{app_id}-{cur}", batch_id)
+    if lay.deletes == "remove":
+        merge_tombstones(spark, source, table_path(settings, tomb), f"{app_id}-{tomb}",
+                         batch_id, horizon_us)
+    if lay.history:
+        path = table_path(settings, hist)
+        merge_history(spark, history_source(spark, rows, path, values, batch_id, cutoffs_us),
+                      path, values, f"{app_id}-{hist}", batch_id)

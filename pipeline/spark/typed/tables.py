@@ -1,0 +1,128 @@
+"""The typed tables of one configured file: their names, their DDL, the decode spec of the
+format buffer, and a record of which exist (``TypedTableSet``).
+
+``changes_<sub>_<fnr>`` (every decoded image), ``current_<sub>_<fnr>`` (one row per ISN),
+``tombstones_<sub>_<fnr>`` (with ``deletes: remove``) and ``history_<sub>_<fnr>`` (with
+``history: true``); ``pipeline.spark.typed.stage`` says how a batch lands in them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pipeline.config import Layout, Settings
+from pipeline.payload import spark_ddl
+from pipeline.spark.land.tables import table_path
+from pipeline.typed.decoding import DecodeSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+CHANGE_KEYS_DDL = (
+    "subscription string, destination string, epoch int, tsnr bigint, rsnr bigint, "
+    "dsnr bigint, isn bigint, record_type string, image_type string, commit_time timestamp, "
+    "origin string")
+CURRENT_META_DDL = (
+    "deleted boolean, verified boolean, subscription string, destination string, epoch int, "
+    "tsnr bigint, rsnr bigint, commit_time timestamp, record_type string, origin string")
+TOMBSTONE_DDL = (
+    "isn bigint, subscription string, destination string, epoch int, tsnr bigint, rsnr bigint, "
+    "commit_time timestamp, record_type string, origin string, batch_id bigint")
+INTERVAL_DDL = "valid_from timestamp, valid_to timestamp, is_current boolean"
+VERSION = ("commit_time", "epoch", "tsnr", "rsnr")
+#: Version, then the tie-breaks of ``pipeline.typed.versioning.order_key``.
+ORDER = (*VERSION, "destination", "verified")
+META = ("subscription", "destination", "epoch", "tsnr", "rsnr", "commit_time", "record_type",
+        "origin")
+
+
+def decode_spec(settings: Settings, lay: Layout) -> DecodeSpec:
+    """The conf layout's spec (``gfft: ignore``, or no GFFT for the file yet)."""
+    layout = lay.conf_layout()
+    assert layout is not None, "decode_spec needs a format buffer"
+    return DecodeSpec(layout, **form(settings, lay))
+
+
+def form(settings: Settings, lay: Layout) -> dict[str, Any]:
+    sub = next(s for s in settings.subscriptions if s.name == lay.subscription)
+    return {"ebcdic": sub.ebcdic, "codepage": lay.codepage or settings.replicator.codepage,
+            "empty": lay.empty}
+
+
+def changes_table(lay: Layout) -> str:
+    return f"changes_{lay.table_suffix()}"
+
+
+def current_table(lay: Layout) -> str:
+    return f"current_{lay.table_suffix()}"
+
+
+def tombstones_table(lay: Layout) -> str:
+    return f"tombstones_{lay.table_suffix()}"
+
+
+def history_table(lay: Layout) -> str:
+    return f"history_{lay.table_suffix()}"
+
+
+def _values(lay: Layout, values: str | None) -> list[str]:
+    """The value columns' DDL as a list part: given, else the conf layout's, else none (a
+    GFFT-only file starts with its key columns; the first GFFT adds the values)."""
+    conf = lay.conf_layout()
+    ddl = values if values is not None else (spark_ddl(conf) if conf is not None else "")
+    return [ddl] if ddl else []
+
+
+def change_ddl(lay: Layout, values: str | None = None) -> str:
+    return ", ".join([CHANGE_KEYS_DDL, *_values(lay, values), "batch_id bigint"])
+
+
+def current_ddl(lay: Layout, values: str | None = None) -> str:
+    return ", ".join(["isn bigint", *_values(lay, values), CURRENT_META_DDL, "batch_id bigint"])
+
+
+def history_ddl(lay: Layout, values: str | None = None) -> str:
+    return ", ".join(["isn bigint", *_values(lay, values), INTERVAL_DDL, CURRENT_META_DDL,
+                      "batch_id bigint"])
+
+
+def typed_tables(lay: Layout) -> list[tuple[str, str]]:
+    """(name, DDL) of every table a layout writes."""
+    tables = [(changes_table(lay), change_ddl(lay)), (current_table(lay), current_ddl(lay))]
+    if lay.deletes == "remove":
+        tables.append((tombstones_table(lay), TOMBSTONE_DDL))
+    if lay.history:
+        tables.append((history_table(lay), history_ddl(lay)))
+    return tables
+
+
+def value_tables(lay: Layout) -> list[str]:
+    """The tables with the layout's value columns: change, current, history (tombstones keep
+    versions only)."""
+    return [name for name, _ in typed_tables(lay) if not name.startswith("tombstones_")]
+
+
+class TypedTableSet:
+    """Creates each layout's tables (empty) once per writer, so analysts can query early; a
+    new set (a restart, a new conf) checks them all again (create-if-not-exists)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._created: set[str] = set()
+
+    def ensure(self, spark: SparkSession) -> None:
+        from delta.tables import DeltaTable
+        from pyspark.sql.types import StructType
+
+        settings = self._settings
+        for lay in settings.layouts:
+            for name, ddl in typed_tables(lay):
+                path = table_path(settings, name)
+                if path in self._created:
+                    continue
+                builder = (DeltaTable.createIfNotExists(spark).location(path)
+                           .addColumns(StructType.fromDDL(ddl)))
+                if settings.stream.catalog_schema:
+                    builder = builder.tableName(f"{settings.stream.catalog_schema}.{name}")
+                builder.execute()
+                self._created.add(path)
