@@ -43,14 +43,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 )
 
 #: Private names still shared, each with the work that removes it.
-KNOWN_PRIVATE: frozenset[tuple[str, str, str]] = frozenset({
-    # pipeline/urb/scan.py walks the element chain beside decode.py: one shared walker will
-    # own these (issue 16, "one element walker shared by scan and decode")
-    ("pipeline.urb.scan", "pipeline.urb.decode", "_ELEMENT_MIN"),
-    ("pipeline.urb.scan", "pipeline.urb.decode", "_FORMS"),
-    ("pipeline.urb.scan", "pipeline.urb.decode", "_MIN_HEADER"),
-    ("pipeline.urb.scan", "pipeline.urb.layouts", "_STRIP"),
-})
+KNOWN_PRIVATE: frozenset[tuple[str, str, str]] = frozenset()  # none left: keep it so
 
 
 @dataclass(frozen=True)
