@@ -126,10 +126,13 @@ def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, set
     recs = recs.persist()
     counts: dict[str, int] = {}
     try:
-        # the files present, with their newest commit time: the tombstones' retention horizon
-        newest = {(r["subscription"], r["dbid"], r["fnr"]): r["newest_us"] for r in (
-            recs.groupBy("subscription", "dbid", "fnr")
-            .agg(F.max(F.unix_micros("commit_time")).alias("newest_us")).collect())}
+        # the files present, with their newest commit time (the tombstones' retention
+        # horizon) and their record count: one Spark job
+        files = (recs.groupBy("subscription", "dbid", "fnr")
+                 .agg(F.max(F.unix_micros("commit_time")).alias("newest_us"),
+                      F.count("*").alias("records")).collect())
+        newest = {(r["subscription"], r["dbid"], r["fnr"]): r["newest_us"] for r in files}
+        records = {(r["subscription"], r["dbid"], r["fnr"]): r["records"] for r in files}
         present = {f"{sub.lower()}_{fnr}" for sub, _, fnr in newest}
         specs, events, fresh = _specs(spark, settings, batch, batch_id, present)
         if next_layouts is not None and present:  # the versions were read: the specs are final
@@ -147,6 +150,7 @@ def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, set
             counts.update(_write_file(spark, lay, settings, specs[lay.table_suffix()], recs,
                                       imgs, batch_id, app_id, horizon,
                                       cutoffs.get((lay.dbid, lay.fnr), ())))
+            counts[current_table(lay)] = records[key]
         if events:
             append_rows(spark, events, "schema_events", settings, f"{app_id}-gfft", batch_id)
             counts["schema_events_gfft"] = len(events)
@@ -231,19 +235,21 @@ def _write_file(spark: SparkSession, lay: Layout, settings: Settings,
         change_cols = [c.strip().split(" ")[0] for c in CHANGE_KEYS_DDL.split(",")]
         changes = good.select(*change_cols, *[F.col(f"`{v}`") for v in values],
                               F.lit(batch_id).cast("bigint").alias("batch_id"))
-        n_changes, n_bad = changes.count(), bad.count()
+        # good and bad images counted in one job (the decode is persisted, not re-run)
+        ok = {r["ok"]: r["count"] for r in decoded.groupBy(
+            F.col(ERROR_COLUMN).isNull().alias("ok")).count().collect()}
+        n_changes, n_bad = ok.get(True, 0), ok.get(False, 0)
         name = changes_table(lay)
         if n_changes:
             append_once(changes, table_path(settings, name), f"{app_id}-{name}", batch_id)
         if n_bad:
             append_once(quarantine_rows(bad, lay, batch_id), table_path(settings, "quarantine"),
-                    f"{app_id}-quarantine-{name}", batch_id)
+                        f"{app_id}-quarantine-{name}", batch_id)
         file_recs = recs.where(mine)
         if values:  # a file with no layout yet has no value columns to MERGE
             _merge_file(spark, lay, settings, record_changes(file_recs, good, values), values,
                         batch_id, app_id, horizon_us, cutoffs_us)
-        return {name: n_changes, current_table(lay): file_recs.count(),
-                f"quarantine_{name}": n_bad}
+        return {name: n_changes, f"quarantine_{name}": n_bad}
     finally:
         decoded.unpersist()
 
