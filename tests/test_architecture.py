@@ -234,6 +234,22 @@ def test_the_spark_rooms_import_one_way() -> None:
     assert back == []
 
 
+def test_the_responder_does_not_import_the_replicator() -> None:
+    """The simulator's responder works on a protocol (``ReplicatorView``), so the replicator
+    imports it and not the other way round."""
+    edges = graph(project_imports(), runtime_only=False)
+    assert "pipeline.sim.responder" in edges["pipeline.sim.replicator"]
+    assert "pipeline.sim.replicator" not in edges["pipeline.sim.responder"]
+
+
+def test_the_codec_imports_nothing_else_of_the_project() -> None:
+    """``pipeline.urb`` stands alone: the wire codec is usable (and tested) by itself."""
+    edges = graph(project_imports(), runtime_only=False)
+    out = [f"{a} -> {b}" for a, bs in edges.items() if a.startswith("pipeline.urb")
+           for b in bs if not b.startswith("pipeline.urb")]
+    assert out == []
+
+
 # ------------------------------------------------------------------------- self-tests
 def test_the_checker_catches_a_cycle() -> None:
     edges = {"pipeline.spark.land.a": {"pipeline.spark.land.b"},
