@@ -226,11 +226,27 @@ class _Run:
         elif self._placed_before(tsnr):
             self._duplicate(tsnr, "continuation of a transaction placed before (redelivered)",
                             row)
+        elif self._sent_before_epoch(row):
+            self._duplicate(tsnr, "continuation sent before the replicator restarted "
+                            "(redelivered)", row)
         else:
             self._lost_event(tsnr, "continuation whose start was never received", row)
             # treated as flagged: an orphan continuation is no evidence of a restart
             self._mark_missing(tsnr, None, 0, True)
         return False
+
+    def _sent_before_epoch(self, row: ElementRow) -> bool:
+        """The message was sent before the STRT/REST that began this epoch: a connector's
+        redelivery from an earlier epoch, whose tsnr names another transaction.
+
+        Why the header time decides: a continuation carries no commit time (URBTTTIM is in
+        the URBT of the message that was lost or came before), but every message carries
+        URBHTIME, the replicator's send time, which a redelivery keeps byte for byte; the
+        replicator sends a restart after everything it sent before (URBH DSECT, seed
+        documents). Without this, such an orphan opened a false gap in the new epoch and
+        the next STRT began an epoch too many.
+        """
+        return bool(self.st.epoch_time) and 0 < row.urbhtime < self.st.epoch_time
 
     def _placed_before(self, tsnr: int) -> bool:
         """``tsnr`` lies behind the sequence and no gap waits for it: it was placed."""

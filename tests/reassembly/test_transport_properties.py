@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from pipeline.reassembly.config import ReassemblyConfig
 from pipeline.reassembly.events import (
+    DuplicateDropped,
     EpochStarted,
     GapFilledLate,
     GapRequested,
@@ -238,3 +239,23 @@ def test_a_redelivery_far_back_lands_nothing_twice_and_asks_for_nothing() -> Non
     assert len(h.of(TransactionComplete)) == landed_before + 2
     assert h.of(GapRequested) == [] and len(h.of(EpochStarted)) == 1
     assert h.state.counters["duplicates"] == 20
+
+
+def test_a_redelivered_orphan_continuation_after_a_restart_is_no_gap_of_the_new_epoch() -> None:
+    """Found by the property test above: transaction 1's first message is lost, the replicator
+    restarts, and the connector then re-produces its continuation (URBC, tsnr 1) after the
+    new STRT. Its tsnr names another transaction in the new epoch; taken as epoch 2's lost
+    tsnr 1 it opened a false gap there, and the next STRT (nothing committed since) began an
+    epoch too many, so epoch 2's transactions landed under epoch 3. The continuation's URBHTIME,
+    older than the STRT's, shows it was sent before the restart: a duplicate."""
+    script = [("restart",), ("redeliver", 1), ("commit", 1, True, True),
+              ("commit", 1, False, False), ("restart",), ("redeliver", 4), ("restart",),
+              ("commit", 2, False, False)]
+    rep, h = run(None, script)
+    landed = {(t.epoch, t.tsnr) for t in h.of(TransactionComplete)}
+    assert set(rep.committed) == {(1, 1), (1, 2), (2, 1), (2, 2)}
+    assert landed == {(1, 2), (2, 1), (2, 2)}
+    assert settled_tsnrs(h) == {(1, 1)}, "only epoch 1's lost start is settled"
+    assert [e.epoch for e in h.of(EpochStarted)] == [1, 2]
+    assert any("sent before the replicator restarted" in d.reason
+               for d in h.of(DuplicateDropped))
