@@ -49,7 +49,6 @@ def _on_s3(conf: Path, s3: S3Server, root: str, writer: str) -> Settings:
     """The fault test's conf with lake and checkpoint moved to ``root`` on the S3 server and
     ``stream.raw_writer`` set: endpoint and addressing in the file, no credentials."""
     raw = yaml.safe_load(conf.read_text())
-    raw.pop("layouts", None)  # typed tables: several Spark jobs per batch, not what is tested
     raw["stream"].update(lake_dir=f"{root}/lake", checkpoint_dir=f"{root}/checkpoint",
                          raw_writer=writer)
     raw["object_store"] = {"endpoint": s3.endpoint, "path_style_access": True}

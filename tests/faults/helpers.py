@@ -49,15 +49,19 @@ TxKey = tuple[str, str, int, int, int]
 def fault_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | None = None,
                    gaps: dict[str, Any] | None = None, stream: dict[str, Any] | None = None,
                    broker_ports: tuple[int, int] | None = None,
-                   create_topics: bool = True) -> tuple[Settings, Path]:
+                   create_topics: bool = True, layouts: bool = False) -> tuple[Settings, Path]:
     """Settings (and their YAML file, for the job process) with fresh topics and folders.
 
     ``broker_ports`` gives the test its own broker (port, controller port) with its data
     under ``tmp_path``: a test that stops a broker must never stop the one the others share.
+    ``layouts`` keeps conf/test.yaml's typed tables: their MERGEs are most of a batch's time
+    here (a first batch took 86 s of a shared machine), so only a test that checks them pays.
     """
     from pipeline.ops import broker
 
     raw = yaml.safe_load(TEST_CONF.read_text())
+    if not layouts:
+        raw.pop("layouts", None)
     prefix = f"faults.{name}.{uuid.uuid4().hex[:6]}"
     raw["base_dir"] = str(ROOT)
     raw["topics"] = {"outputs": {f"{prefix}.out1": "OUT1"}, "replies": f"{prefix}.replies",
