@@ -16,22 +16,31 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import orjson
 import pandas as pd
 
-from pipeline.reassembly import KeyState, ReassemblyConfig, step
+from pipeline.reassembly import KeyState, ReassemblyConfig, StepResult, step
 from pipeline.reassembly.events import TransactionComplete
+from pipeline.reassembly.fast import Incoming, fast_step
 from pipeline.reassembly.rows import ElementRow
 from pipeline.reassembly.tables import (
+    Columns,
     events_to_rows,
     events_to_tables,
     ms_to_datetime,
     stck_to_unix_us,
 )
-from pipeline.spark.engine.decode_stage import ERROR_EYE, WARNING_EYE, RecordDecoder
+from pipeline.spark.engine.decode_stage import (
+    ERROR_EYE,
+    TICK_PART,
+    WARNING_EYE,
+    RecordDecoder,
+    pseudo_rows,
+)
 from pipeline.spark.engine.gcpause import gc_paused
 from pipeline.spark.land.datafiles import DataFiles, task_batch_id
 from pipeline.spark.land.tables import BLOB_COLUMN, OUTPUT_DDL, STATS_TABLE
@@ -58,9 +67,15 @@ def split_rows(pdf: pd.DataFrame, decoder: RecordDecoder
 
     A record the decode stage's scan routed can still fail the full decode here (a bad URBD
     or URBS length, say): it is quarantined once, with its first key (``part`` 0)."""
+    return split_records(pdf.to_dict("records"), decoder)
+
+
+def split_records(records: Iterable[dict[str, Any]], decoder: RecordDecoder
+                  ) -> tuple[list[ElementRow], list[dict[str, Any]]]:
+    """``split_rows`` over the decode stage's rows as dicts."""
     elements: list[ElementRow] = []
     rejected: list[dict[str, Any]] = []
-    for rec in pdf.to_dict("records"):
+    for rec in records:
         if rec["error"] is not None:
             rejected.append(_quarantine_row(rec, "decode", ERROR_EYE, rec["error"]))
             continue
@@ -89,6 +104,61 @@ def split_frames(frames: Iterable[pd.DataFrame], decoder: RecordDecoder
         elements.extend(e)
         rejected.extend(r)
     return elements, rejected
+
+
+@dataclass(frozen=True, slots=True)
+class KeyStep:
+    """One call's work for one key: ``step``'s result, the transactions the fast path
+    landed ahead of its events (``pipeline.reassembly.fast``; None: none) and the records
+    the codec rejected."""
+
+    result: StepResult
+    landed: Columns | None
+    rejected: list[dict[str, Any]]
+
+
+def key_step(current: KeyState | None, frames: Iterable[pd.DataFrame], now_ms: int,
+             config: ReassemblyConfig, key: tuple[str, str], decoder: RecordDecoder,
+             fast: bool = True) -> KeyStep:
+    """Decode a key's rows and run the machine: with ``fast``, the leading run of easy
+    messages (and ticks) through the fast path, the rest through ``step`` from the state it
+    hands on — the same rows and state as ``step`` alone (tests/integration/test_fast_path.py).
+
+    The rest keeps its given order, so quarantine rows come in the order ``step`` alone
+    gives them."""
+    records = [rec for pdf in frames for rec in pdf.to_dict("records")]
+    landed = None
+    if fast and records:
+        order = sorted(range(len(records)), key=lambda i: _kafka_order(records[i]))
+        items = _fast_items([records[i] for i in order], decoder)
+        taken = fast_step(current, items, now_ms, config, key, decoder.codepage)
+        if taken.consumed:
+            skip = set(order[:taken.consumed])
+            records = [rec for i, rec in enumerate(records) if i not in skip]
+            current, landed = taken.state, taken.columns
+    elements, rejected = split_records(records, decoder)
+    return KeyStep(step(current, elements, now_ms, config, key), landed, rejected)
+
+
+def _kafka_order(rec: dict[str, Any]) -> tuple[int, int, str, bool]:
+    """``ElementRow.message_key``'s order: a pseudo row after the message at its offset."""
+    return (int(rec["partition"]), int(rec["offset"]), rec["topic"], int(rec["part"]) < 0)
+
+
+def _fast_items(records: list[dict[str, Any]], decoder: RecordDecoder) -> list[Incoming]:
+    """The leading records the fast path can read: messages of one key (``part`` 0, no
+    routing error) and ticks; it stops at anything else."""
+    items: list[Incoming] = []
+    for rec in records:
+        part, coords = int(rec["part"]), (rec["topic"], int(rec["partition"]), int(rec["offset"]))
+        if part == 0 and rec["error"] is None and rec["value"] is not None:
+            items.append(Incoming(*coords, value=bytes(rec["value"])))
+        elif part == TICK_PART:
+            row = pseudo_rows(*coords, rec["value"], part)[0]
+            items.append(Incoming(*coords, tick=row.num("htime")))
+        else:
+            break
+    return items
 
 
 def _jsonable(value: object) -> object:
