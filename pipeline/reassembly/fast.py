@@ -39,7 +39,7 @@ import numpy as np
 
 from pipeline.reassembly import columnar
 from pipeline.reassembly.config import ReassemblyConfig
-from pipeline.reassembly.sequence import to_tsnr
+from pipeline.reassembly.sequence import RING
 from pipeline.reassembly.state import KeyState
 from pipeline.reassembly.tables import (
     IMAGE_COLUMNS,
@@ -93,71 +93,78 @@ def fast_step(state: KeyState | None, items: Sequence[Incoming], now_ms: int,
                               config.max_buffered_bytes)
     st = state.clone() if state is not None else KeyState()
     st.window.resize(config.duplicate_window)
-    sequence = _Sequence(st, decoded)
-    consumed, newest, messages = 0, st.newest_sent, 0
-    for n, item in enumerate(items):
-        if item.value is None:
-            newest = max(newest, item.tick or 0)
-            consumed = n + 1
-            continue
-        if not decoded.plain[messages] or not sequence.take(messages):
-            break
-        newest = max(newest, int(decoded.htime[messages]))
-        messages += 1
-        consumed = n + 1
+    plain = int(np.argmin(decoded.plain)) if not decoded.plain.all() else len(index)
+    ends = decoded.tx_end[:plain]
+    fps = _fingerprints(decoded, int(ends[-1]) if plain else 0)
+    landed = _in_sequence(st, decoded, fps)
+    messages = int(np.searchsorted(ends, landed, side="right"))  # whole messages only
     if messages == 0:
         return nothing
+    landed = int(ends[messages - 1])
+    _place(st, decoded, fps[:landed])
+    consumed = index[messages] if messages < len(index) else len(items)
+    newest = max([st.newest_sent, *decoded.htime[:messages].tolist(),
+                  *(item.tick or 0 for item in items[:consumed] if item.value is None)])
     if newest > st.newest_sent:
         st.newest_sent, st.newest_sent_ms = newest, config.stck_ms(newest)
     st.stat.data_seen(now_ms)
     st.discard = None
     st.epoch_fresh = False
-    landed = int(decoded.tx_end[messages - 1])
     st.count("landed", landed)
     columns = _columns(decoded, landed, [items[i] for i in index[:messages]], key, st.epoch,
                        now_ms, config.tod_offset_us)
     return FastResult(st, consumed, columns, landed)
 
 
-class _Sequence:
-    """``sequence.classify`` for the easy case, transaction by transaction: NEXT (BASELINE)
-    or not easy. A message's transactions are all taken, or none."""
+def _fingerprints(d: columnar.Transactions, count: int) -> list[int]:
+    """``sequence.fingerprint`` of the first ``count`` transactions."""
+    tx = d.tx
+    return [zlib.crc32(_FINGERPRINT.pack(c, r & 0xFFFFFFFF, b & 0xFFFFFFFF))
+            for c, r, b in zip(tx["urbtttim"][:count].tolist(), tx["urbtrcnt"][:count].tolist(),
+                               tx["urbtdbid"][:count].tolist(), strict=True)]
 
-    def __init__(self, st: KeyState, decoded: columnar.Transactions) -> None:
-        self.st, self.d = st, decoded
-        tx = decoded.tx
-        self.tsnr = tx["urbttsnr"].tolist()
-        self.commit = tx["urbtttim"].tolist()
-        self.rcnt = tx["urbtrcnt"].tolist()
-        self.dbid = tx["urbtdbid"].tolist()
 
-    def take(self, message: int) -> bool:
-        st = self.st
-        start, end = int(self.d.tx_start[message]), int(self.d.tx_end[message])
-        next_u, newest = st.next_u, st.newest_commit
-        taken: list[tuple[int, int]] = []
-        for t in range(start, end):
-            tsnr, commit = self.tsnr[t], self.commit[t]
-            fp = zlib.crc32(_FINGERPRINT.pack(commit, self.rcnt[t] & 0xFFFFFFFF,
-                                              self.dbid[t] & 0xFFFFFFFF))
-            if st.window.contains(tsnr, fp):
-                return False
-            if commit and newest is not None and commit <= newest:
-                return False  # a redelivery (or, behind a gap, something else): step decides
-            if next_u is None:
-                u = tsnr  # BASELINE
-            else:
-                u = next_u
-                if to_tsnr(u) != tsnr or st.given_up.find(st.epoch, u) is not None:
-                    return False
-            next_u = u + 1
-            if commit:
-                newest = max(newest or 0, commit)
-            taken.append((tsnr, fp))
-        for tsnr, fp in taken:
-            st.window.add(tsnr, fp)
-        st.next_u, st.newest_commit = next_u, newest
-        return True
+def _in_sequence(st: KeyState, d: columnar.Transactions, fps: list[int]) -> int:
+    """How many of the first transactions (``fps``: their fingerprints) ``sequence.classify``
+    calls NEXT (the
+    first BASELINE for a key without a sequence) one after the other, for sure: not in the
+    duplicate window, committed after the newest commit placed before it (else a
+    redelivery; a commit time 0 is no evidence), the next tsnr, a position not settled."""
+    count = len(fps)
+    if count == 0:
+        return 0
+    tsnr = d.tx["urbttsnr"][:count]
+    base = st.next_u if st.next_u is not None else int(tsnr[0])
+    u = base + np.arange(count, dtype=np.int64)
+    ok = tsnr == (u - 1) % RING + 1  # to_tsnr
+    commit = d.tx["urbtttim"][:count]
+    placed = np.maximum.accumulate(commit)  # newest commit placed after each
+    before = np.concatenate([[np.uint64(st.newest_commit or 0)], placed[:-1]])
+    before = np.maximum(before, np.uint64(st.newest_commit or 0))
+    known = np.concatenate([[st.newest_commit is not None], placed[:-1] > 0]) \
+        | (st.newest_commit is not None)
+    ok &= (commit == 0) | ~known | (commit > before)
+    first = int(np.argmin(ok)) if not ok.all() else count
+    settled = st.given_up.lowest(st.epoch, base + (st.next_u is None), base + first - 1)
+    if settled is not None:
+        first = settled - base
+    window = st.window
+    for t, (value, fp) in enumerate(zip(tsnr[:first].tolist(), fps[:first], strict=True)):
+        if window.contains(value, fp):
+            return t
+    return first
+
+
+def _place(st: KeyState, d: columnar.Transactions, fps: list[int]) -> None:
+    """The sequence after the first transactions (``fps``: their fingerprints) placed as
+    NEXT: the window, the next expected tsnr, the newest commit."""
+    count = len(fps)
+    tsnr = d.tx["urbttsnr"][:count].tolist()
+    st.window.extend(list(zip(tsnr, fps, strict=True)))
+    st.next_u = (st.next_u if st.next_u is not None else tsnr[0]) + count
+    newest = int(d.tx["urbtttim"][:count].max())
+    if newest:
+        st.newest_commit = max(st.newest_commit or 0, newest)
 
 
 def _columns(d: columnar.Transactions, landed: int, messages: Sequence[Incoming],

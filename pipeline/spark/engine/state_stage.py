@@ -126,35 +126,55 @@ def key_step(current: KeyState | None, frames: Iterable[pd.DataFrame], now_ms: i
 
     The rest keeps its given order, so quarantine rows come in the order ``step`` alone
     gives them."""
-    records = [rec for pdf in frames for rec in pdf.to_dict("records")]
+    frames = list(frames)
     landed = None
-    if fast and records:
-        order = sorted(range(len(records)), key=lambda i: _kafka_order(records[i]))
-        items = _fast_items([records[i] for i in order], decoder)
-        taken = fast_step(current, items, now_ms, config, key, decoder.codepage)
-        if taken.consumed:
-            skip = set(order[:taken.consumed])
-            records = [rec for i, rec in enumerate(records) if i not in skip]
-            current, landed = taken.state, taken.columns
+    if not fast:
+        elements, rejected = split_frames(frames, decoder)
+        return KeyStep(step(current, elements, now_ms, config, key), landed, rejected)
+    # columns, not row dicts: only the rows left to ``step`` become dicts
+    cols = {name: [v for pdf in frames for v in pdf[name].tolist()] for name in _FAST_COLUMNS}
+    rows = list(zip(*(cols[name] for name in _FAST_COLUMNS), strict=True))
+    order = sorted(range(len(rows)), key=lambda i: _kafka_order(rows[i]))
+    items = _fast_items([rows[i] for i in order])
+    taken = fast_step(current, items, now_ms, config, key, decoder.codepage)
+    skip = set(order[:taken.consumed])
+    if taken.consumed:
+        current, landed = taken.state, taken.columns
+    rest = [i for i in range(len(rows)) if i not in skip]
+    names = [name for pdf in frames[:1] for name in pdf.columns]
+    records = [dict(zip(names, row, strict=True))
+               for row in _rows(frames, names, rest)] if rest else []
     elements, rejected = split_records(records, decoder)
     return KeyStep(step(current, elements, now_ms, config, key), landed, rejected)
 
 
-def _kafka_order(rec: dict[str, Any]) -> tuple[int, int, str, bool]:
+#: The decode stage's columns the fast path reads, in this order.
+_FAST_COLUMNS = ("topic", "partition", "offset", "part", "error", "value")
+
+
+def _rows(frames: list[pd.DataFrame], names: list[str], keep: list[int]
+          ) -> list[tuple[Any, ...]]:
+    """The rows at positions ``keep`` (over all frames, in order), every column."""
+    frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    return list(frame.iloc[keep][names].itertuples(index=False, name=None))
+
+
+def _kafka_order(row: tuple[Any, ...]) -> tuple[int, int, str, bool]:
     """``ElementRow.message_key``'s order: a pseudo row after the message at its offset."""
-    return (int(rec["partition"]), int(rec["offset"]), rec["topic"], int(rec["part"]) < 0)
+    topic, partition, offset, part = row[:4]
+    return (int(partition), int(offset), topic, int(part) < 0)
 
 
-def _fast_items(records: list[dict[str, Any]], decoder: RecordDecoder) -> list[Incoming]:
-    """The leading records the fast path can read: messages of one key (``part`` 0, no
-    routing error) and ticks; it stops at anything else."""
+def _fast_items(rows: list[tuple[Any, ...]]) -> list[Incoming]:
+    """The leading rows (``_FAST_COLUMNS``) the fast path can read: messages of one key
+    (``part`` 0, no routing error) and ticks; it stops at anything else."""
     items: list[Incoming] = []
-    for rec in records:
-        part, coords = int(rec["part"]), (rec["topic"], int(rec["partition"]), int(rec["offset"]))
-        if part == 0 and rec["error"] is None and rec["value"] is not None:
-            items.append(Incoming(*coords, value=bytes(rec["value"])))
+    for topic, partition, offset, part, error, value in rows:
+        coords = (topic, int(partition), int(offset))
+        if part == 0 and error is None and value is not None:
+            items.append(Incoming(*coords, value=bytes(value)))
         elif part == TICK_PART:
-            row = pseudo_rows(*coords, rec["value"], part)[0]
+            row = pseudo_rows(*coords, value, part)[0]
             items.append(Incoming(*coords, tick=row.num("htime")))
         else:
             break
