@@ -8,6 +8,10 @@ as JSON, and its one binary column (image payload, status data, quarantined byte
 the JSON. The batch writer (``pipeline.spark.land``) parses each table's rows with its declared
 schema.
 
+With ``stream.fast_path`` (on by default) a key's leading run of plain messages skips the
+element decode and ``step``: ``key_step`` hands them to ``pipeline.reassembly.fast``, which
+lands them column-wise and passes the key's state on to ``step`` for the rest of the call.
+
 Determinism matters for exactly-once: ``now`` is the batch's processing time from Spark (stored
 in the offset log, so a replayed batch sees the same value), never the wall clock.
 """
@@ -46,8 +50,9 @@ from pipeline.spark.land.datafiles import DataFiles, task_batch_id
 from pipeline.spark.land.tables import BLOB_COLUMN, OUTPUT_DDL, STATS_TABLE
 from pipeline.urb import UrbFormatError
 
-__all__ = ["OUTPUT_DDL", "STATE_DDL", "STATS_TABLE", "batch_output", "key_stats",
-           "split_frames", "split_rows", "state_function", "to_output"]
+__all__ = ["OUTPUT_DDL", "STATE_DDL", "STATS_TABLE", "KeyStep", "batch_output", "key_stats",
+           "key_step", "split_frames", "split_records", "split_rows", "state_function",
+           "to_output"]
 STATE_DDL = "state binary"
 
 
@@ -213,32 +218,37 @@ def to_output(tables: dict[str, list[dict[str, Any]]]) -> pd.DataFrame:
 
 
 def key_stats(key: tuple[str, str], frames: list[pd.DataFrame], state: KeyState | None,
-              events: list[Any] = (), tod_offset_us: int = 0) -> dict[str, Any]:
+              events: list[Any] = (), tod_offset_us: int = 0,
+              landed: Columns | None = None) -> dict[str, Any]:
     """The metrics row of one call: input bytes (each record once), the key's open gaps, and
     each landed transaction's commit/processed/sent times (Unix µs) for the latency legs, so
-    the sink needs no extra Spark job to read them back."""
+    the sink needs no extra Spark job to read them back (``landed``: the fast path's
+    transactions, first)."""
     nbytes = sum(int(f.loc[f["part"] == 0, "value"].map(len).sum()) for f in frames if len(f))
-    times = [[stck_to_unix_us(e.commit_time, tod_offset_us),
-              stck_to_unix_us(e.processed_time, tod_offset_us),
-              stck_to_unix_us(e.sent_time, tod_offset_us)]
-             for e in events if isinstance(e, TransactionComplete)]
+    fast = landed["transactions"] if landed is not None else {}
+    times = [list(t) for t in zip(fast.get("commit_time", ()), fast.get("processed_time", ()),
+                                  fast.get("sent_time", ()), strict=True)]
+    times += [[stck_to_unix_us(e.commit_time, tod_offset_us),
+               stck_to_unix_us(e.processed_time, tod_offset_us),
+               stck_to_unix_us(e.sent_time, tod_offset_us)]
+              for e in events if isinstance(e, TransactionComplete)]
     return {"destination": key[-2], "subscription": key[-1], "bytes": nbytes,
             "open_gaps": len(state.gaps) if state is not None else 0, "times_us": times}
 
 
 def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int,
                  stats: dict[str, Any] | None = None, files: DataFiles | None = None,
-                 tod_offset_us: int = 0) -> pd.DataFrame:
+                 tod_offset_us: int = 0, landed: Columns | None = None) -> pd.DataFrame:
     """One call's output frame: the events' table rows plus the decoder's rejected records,
     quarantined at the batch's processing time, plus the call's ``stats`` row (table
     ``STATS_TABLE``: read by the sink for the metrics, never landed). With ``files`` (the
     direct writer) the bulk tables' rows are written as Parquet here and the frame carries
     their file descriptions instead (``pipeline.spark.land.datafiles``). Shared by both state
-    APIs."""
+    APIs. ``landed``: the transactions the fast path landed, ahead of the events'."""
     if files is None:
-        tables, columns = events_to_rows(events, now_ms, tod_offset_us), {}
+        tables, columns = events_to_rows(events, now_ms, tod_offset_us, landed), {}
     else:  # the landed transactions' tables as columns, for Arrow
-        tables, columns = events_to_tables(events, now_ms, tod_offset_us)
+        tables, columns = events_to_tables(events, now_ms, tod_offset_us, landed)
     for row in rejected:
         row["quarantined_at"] = ms_to_datetime(now_ms)
     tables.setdefault("quarantine", []).extend(rejected)
@@ -250,8 +260,9 @@ def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int,
 
 
 def state_function(config: ReassemblyConfig, decoder: RecordDecoder,
-                   files: DataFiles | None = None):
-    """The function passed to applyInPandasWithState (``files``: the direct writer, if on)."""
+                   files: DataFiles | None = None, fast: bool = True):
+    """The function passed to applyInPandasWithState (``files``: the direct writer, if on;
+    ``fast``: the fast path, ``stream.fast_path``)."""
 
     def reassemble(key: tuple[str, str], frames: Iterator[pd.DataFrame],
                    state: Any) -> Iterator[pd.DataFrame]:
@@ -259,8 +270,8 @@ def state_function(config: ReassemblyConfig, decoder: RecordDecoder,
         pdfs = [] if state.hasTimedOut else list(frames)
         with gc_paused():  # pipeline/spark/engine/gcpause.py: a batch's garbage has no cycles
             current = KeyState.from_bytes(state.get[0]) if state.exists else None
-            elements, rejected = split_frames(pdfs, decoder)
-            result = step(current, elements, now_ms, config, (key[-2], key[-1]))
+            done = key_step(current, pdfs, now_ms, config, (key[-2], key[-1]), decoder, fast)
+            result = done.result
             if result.state is None:
                 state.remove()
             else:
@@ -268,9 +279,10 @@ def state_function(config: ReassemblyConfig, decoder: RecordDecoder,
             # PySpark keeps an old timeout armed unless every call sets or clears it.
             if result.next_timeout_ms is not None and result.next_timeout_ms > now_ms:
                 state.setTimeoutDuration(result.next_timeout_ms - now_ms)
-            stats = key_stats(key, pdfs, result.state, result.events, config.tod_offset_us)
-            out = batch_output(result.events, rejected, now_ms, stats, files,
-                               config.tod_offset_us)
+            stats = key_stats(key, pdfs, result.state, result.events, config.tod_offset_us,
+                              done.landed)
+            out = batch_output(result.events, done.rejected, now_ms, stats, files,
+                               config.tod_offset_us, done.landed)
         yield out
 
     return reassemble
