@@ -202,10 +202,10 @@ def decode(values: Sequence[bytes], codepage: str, max_buffered_bytes: int) -> T
     starts = np.zeros(count, dtype=np.int64)
     if count:
         np.cumsum(lengths[:-1], out=starts[1:])
-    joined = b"".join(values)
-    # spare bytes: every fixed-width read stays inside the buffer (what a read past a
-    # message's end sees is masked by the length checks)
-    buf = np.frombuffer(joined + bytes(_SPARE), dtype=np.uint8)
+    # spare bytes at the end: every fixed-width read stays inside the buffer (what a read
+    # past a message's end sees is masked by the length checks)
+    joined = b"".join([*values, bytes(_SPARE)])
+    buf = np.frombuffer(joined, dtype=np.uint8)
     reader = _Reader(buf)
     ok = lengths >= MIN_LENGTH["URBH"]
     if table is None:
