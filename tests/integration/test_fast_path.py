@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import tests.integration.harness as harness
 from pipeline.sim import FaultPlan
 from pipeline.sim.faults import KINDS
-from pipeline.spark.engine.state_stage import KeyStep
+from pipeline.spark.engine.state_stage import KeyStep, state_function
 from tests.integration.harness import (
     Harness,
     call_key,
@@ -140,3 +140,56 @@ def test_damaged_bytes_never_slip_through(seed: int, encoding: str,
             fast = call_key(blob, frames[key], h.now_ms, h.config, key, h.decoder, fast=True)
             assert fast[:3] == slow[:3], key
             states[key] = slow[0]
+
+
+class _GroupState:
+    """What applyInPandasWithState hands the state function, in memory."""
+
+    def __init__(self, blob: bytes | None, now_ms: int) -> None:
+        self.blob, self.now_ms, self.timeout_ms = blob, now_ms, None
+        self.hasTimedOut = False
+
+    def getCurrentProcessingTimeMs(self) -> int:
+        return self.now_ms
+
+    @property
+    def exists(self) -> bool:
+        return self.blob is not None
+
+    @property
+    def get(self) -> tuple[bytes | None]:
+        return (self.blob,)
+
+    def update(self, value: tuple[bytes]) -> None:
+        self.blob = value[0]
+
+    def remove(self) -> None:
+        self.blob = None
+
+    def setTimeoutDuration(self, ms: int) -> None:
+        self.timeout_ms = ms
+
+
+@pytest.mark.parametrize("encoding", ["ebcdic", "ascii"])
+def test_the_state_function_gives_the_same_output_with_its_fast_path(encoding: str) -> None:
+    """The applyInPandasWithState function as the job builds it (``stream.fast_path`` on or
+    off): the same output frames (table rows, the metrics row with its latency times) and
+    state, call by call."""
+    rep, out, _ = simulate(sim_config(encoding), 60, seed=5, faults=FaultPlan(
+        counts={"drop_transaction": 1, "duplicate": 1}))
+    h = Harness(rep)
+    h.feed(out)
+    calls = {fast: state_function(h.config, h.decoder, None, fast) for fast in (False, True)}
+    states: dict[tuple[str, str], bytes | None] = {}
+    now = h.now_ms
+    for batch, cut in enumerate((slice(0, 7), slice(7, 40), slice(40, None))):
+        now += 1000
+        frames = group_frames(message_rows(h.decoder, h.unread[cut]), batch, batch, 10_000)
+        for key in sorted(frames):
+            outputs = {}
+            for fast, fn in calls.items():
+                group = _GroupState(states.get(key), now)
+                (frame,) = fn(("0", *key), iter(frames[key]), group)
+                outputs[fast] = (frame.to_dict("records"), group.blob, group.timeout_ms)
+            assert outputs[True] == outputs[False], key
+            states[key] = outputs[False][1]
