@@ -38,8 +38,9 @@ faults:  ## fault-injection tests: kill -9, broker outage, corruption, restarts,
 lint: setup  ## ruff
 	@.venv/bin/ruff check .
 
-bench: setup  ## codec benchmark, then pipeline vs raw Kafka->Delta (figures go to BENCHMARKS.md by hand)
+bench: setup  ## codec, state task (one busy key), then pipeline vs raw Kafka->Delta (figures go to BENCHMARKS.md by hand)
 	@$(PY) benchmarks/bench_codec.py
+	@$(PY) benchmarks/bench_state.py
 	@$(PY) benchmarks/bench_pipeline.py $(BENCH_ARGS)
 
 soak: setup  ## >=10 min steady load with faults: state and memory flat? (not in CI; SOAK_ARGS=...)

@@ -74,6 +74,19 @@ class DupWindow:
         _bump(self._tsnrs, tsnr, 1)
         self.resize(self.size)
 
+    def extend(self, pairs: list[tuple[int, int]]) -> None:
+        """``add`` each pair in turn, trimming once (the fast path lands thousands a call)."""
+        if len(pairs) >= self.size:  # only the newest ``size`` stay: start afresh
+            self._entries.clear()
+            self._pairs.clear()
+            self._tsnrs.clear()
+            pairs = pairs[len(pairs) - self.size:]
+        self._entries.extend(pairs)
+        for pair in pairs:
+            _bump(self._pairs, pair, 1)
+            _bump(self._tsnrs, pair[0], 1)
+        self.resize(self.size)
+
     def resize(self, size: int) -> None:
         """Apply a (possibly changed) configured size, forgetting the oldest entries."""
         self.size = size

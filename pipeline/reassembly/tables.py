@@ -122,18 +122,21 @@ def ms_to_datetime(ms: int) -> datetime:
     return UNIX_EPOCH + timedelta(milliseconds=ms)
 
 
-def events_to_rows(events: Iterable[Event], now_ms: int, tod_offset_us: int = 0) -> Rows:
+def events_to_rows(events: Iterable[Event], now_ms: int, tod_offset_us: int = 0,
+                   before: Columns | None = None) -> Rows:
     """Rows per table for a list of events; every table key is present (maybe empty).
-    ``tod_offset_us`` is subtracted from every replicator STCK time (see stck_to_datetime)."""
-    out, columns = events_to_tables(events, now_ms, tod_offset_us)
+    ``tod_offset_us`` is subtracted from every replicator STCK time (see stck_to_datetime);
+    ``before``: transactions landed ahead of the events (the fast path's columns)."""
+    out, columns = events_to_tables(events, now_ms, tod_offset_us, before)
     for table, cols in columns.items():
         out[table] = columns_to_rows(table, cols)
     return out
 
 
-def events_to_tables(events: Iterable[Event], now_ms: int,
-                     tod_offset_us: int = 0) -> tuple[Rows, Columns]:
-    """Rows per table, except the landed transactions' tables, which come as columns."""
+def events_to_tables(events: Iterable[Event], now_ms: int, tod_offset_us: int = 0,
+                     before: Columns | None = None) -> tuple[Rows, Columns]:
+    """Rows per table, except the landed transactions' tables, which come as columns
+    (``before``'s first: transactions the fast path landed ahead of the events)."""
     out: Rows = {name: [] for name in TABLES}
     landed: list[TransactionComplete] = []
     handlers = {**_HANDLERS, **{cls: partial(fn, offset_us=tod_offset_us)
@@ -147,7 +150,14 @@ def events_to_tables(events: Iterable[Event], now_ms: int,
             if handler is not None:
                 handler(event, now_ms, out)
                 break
-    return out, transaction_columns(landed, now_ms, tod_offset_us)
+    columns = transaction_columns(landed, now_ms, tod_offset_us)
+    return out, columns if before is None else join_columns(before, columns)
+
+
+def join_columns(first: Columns, then: Columns) -> Columns:
+    """The transaction tables of ``first`` followed by those of ``then``, column by column."""
+    return {table: {name: [*values, *then[table][name]] for name, values in cols.items()}
+            for table, cols in first.items()}
 
 
 def transaction_columns(events: Iterable[TransactionComplete], now_ms: int,

@@ -45,7 +45,7 @@ from pipeline.reassembly.outbound import RequestForm, request_messages
 from pipeline.reassembly.tables import TABLES, ms_to_datetime
 from pipeline.sim import Delivery, Replicator, SimConfig
 from pipeline.spark.engine.decode_stage import ARROW_SCHEMA, Covered, RecordDecoder
-from pipeline.spark.engine.state_stage import split_frames
+from pipeline.spark.engine.state_stage import key_step, split_frames
 
 Key = tuple[str, str]
 Tables = dict[str, list[dict[str, Any]]]
@@ -183,13 +183,19 @@ def group_frames(rows: list[dict[str, Any]], batch_id: int, shuffle_seed: int,
 
 
 def call_key(blob: bytes | None, frames: Sequence[pd.DataFrame], now_ms: int,
-             config: ReassemblyConfig, key: Key, decoder: RecordDecoder,
+             config: ReassemblyConfig, key: Key, decoder: RecordDecoder, fast: bool = False,
              ) -> tuple[bytes | None, int | None, Tables, list[Event]]:
-    """One state-function call, as pipeline/spark/engine/state_stage.py makes it."""
-    elements, rejected = split_frames(frames, decoder)
+    """One state-function call, as pipeline/spark/engine/state_stage.py makes it (``fast``:
+    with the fast path, ``key_step``; else ``split_frames`` and ``step`` alone)."""
     current = KeyState.from_bytes(blob) if blob is not None else None
-    result = step(current, elements, now_ms, config, key)
-    tables = events_to_rows(result.events, now_ms, config.tod_offset_us)
+    landed = None
+    if fast:
+        done = key_step(current, frames, now_ms, config, key, decoder)
+        result, landed, rejected = done.result, done.landed, done.rejected
+    else:
+        elements, rejected = split_frames(frames, decoder)
+        result = step(current, elements, now_ms, config, key)
+    tables = events_to_rows(result.events, now_ms, config.tod_offset_us, landed)
     for row in rejected:
         row["quarantined_at"] = ms_to_datetime(now_ms)
     tables["quarantine"].extend(rejected)
@@ -200,7 +206,8 @@ def call_key(blob: bytes | None, frames: Sequence[pd.DataFrame], now_ms: int,
 
 def process_batch(checkpoint: Checkpoint, records: Sequence[KafkaRecord], now_ms: int,
                   batch_id: int, config: ReassemblyConfig, decoder: RecordDecoder, *,
-                  shuffle_seed: int = 0, frame_rows: int = 10_000) -> BatchOutput:
+                  shuffle_seed: int = 0, frame_rows: int = 10_000,
+                  fast: bool = False) -> BatchOutput:
     """A pure function of its inputs, like a Spark micro-batch replayed from its offset log."""
     frames = group_frames(message_rows(decoder, records), batch_id, shuffle_seed, frame_rows)
     expired = {k for k, t in checkpoint.timeouts.items() if t < now_ms and k not in frames}
@@ -210,7 +217,7 @@ def process_batch(checkpoint: Checkpoint, records: Sequence[KafkaRecord], now_ms
     calls = sorted(set(frames) | expired)
     for key in calls:
         blob, timeout, out, evs = call_key(states.get(key), frames.get(key, []), now_ms,
-                                           config, key, decoder)
+                                           config, key, decoder, fast)
         _put(states, key, blob)
         _put(timeouts, key, timeout)
         for name, rows in out.items():
@@ -244,8 +251,10 @@ class Harness:
                  config: ReassemblyConfig | None = None, shuffle_seed: int = 0,
                  start_ms: int = START_MS, interval_ms: int = 1_000,
                  frame_rows: int = 10_000, answer_requests: bool = True,
-                 initial_state_routes: Mapping[str, str] | None = None) -> None:
+                 initial_state_routes: Mapping[str, str] | None = None,
+                 fast: bool = False) -> None:
         self.replicator = replicator
+        self.fast = fast  # the state stage's fast path (pipeline.reassembly.fast)
         # the job configured for the replicator's TOD clock, as conf/*.yaml is for the sim's
         self.config = config or default_reassembly(tod_offset_us=replicator.config.tod_offset_us)
         self.decoder = decoder_for(replicator.config, initial_state_routes=initial_state_routes,
@@ -281,7 +290,7 @@ class Harness:
         self.unread = [r for r in self.unread if id(r) not in taken]
         out = process_batch(self.checkpoint, records, self.now_ms, len(self.batches),
                             self.config, self.decoder, shuffle_seed=self.shuffle_seed,
-                            frame_rows=self.frame_rows)
+                            frame_rows=self.frame_rows, fast=self.fast)
         self.commit(out)
         return out
 

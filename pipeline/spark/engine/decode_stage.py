@@ -137,6 +137,11 @@ class RecordDecoder:
         self._default = default_destination
         self._codepage = codepage
 
+    @property
+    def codepage(self) -> str:
+        """The code page of EBCDIC messages' character fields (the fast path reads them)."""
+        return self._codepage
+
     def destination(self, topic: str) -> str:
         return self._destinations.get(topic, self._default)
 

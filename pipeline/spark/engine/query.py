@@ -125,10 +125,12 @@ def build_plan(spark: SparkSession, settings: Settings,
         from pipeline.spark.engine.state_tws import ReassemblyProcessor
 
         return grouped.transformWithStateInPandas(
-            statefulProcessor=ReassemblyProcessor(config, decoder, files),
+            statefulProcessor=ReassemblyProcessor(config, decoder, files,
+                                                  settings.stream.fast_path),
             outputStructType=OUTPUT_DDL, outputMode="Append", timeMode="ProcessingTime")
     return grouped.applyInPandasWithState(
-        state_function(config, decoder, files), OUTPUT_DDL, STATE_DDL,
+        state_function(config, decoder, files, settings.stream.fast_path), OUTPUT_DDL,
+        STATE_DDL,
         "append", GroupStateTimeout.ProcessingTimeTimeout)
 
 

@@ -8,6 +8,10 @@ as JSON, and its one binary column (image payload, status data, quarantined byte
 the JSON. The batch writer (``pipeline.spark.land``) parses each table's rows with its declared
 schema.
 
+With ``stream.fast_path`` (on by default) a key's leading run of plain messages skips the
+element decode and ``step``: ``key_step`` hands them to ``pipeline.reassembly.fast``, which
+lands them column-wise and passes the key's state on to ``step`` for the rest of the call.
+
 Determinism matters for exactly-once: ``now`` is the batch's processing time from Spark (stored
 in the offset log, so a replayed batch sees the same value), never the wall clock.
 """
@@ -16,29 +20,39 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import orjson
 import pandas as pd
 
-from pipeline.reassembly import KeyState, ReassemblyConfig, step
+from pipeline.reassembly import KeyState, ReassemblyConfig, StepResult, step
 from pipeline.reassembly.events import TransactionComplete
+from pipeline.reassembly.fast import Incoming, fast_step
 from pipeline.reassembly.rows import ElementRow
 from pipeline.reassembly.tables import (
+    Columns,
     events_to_rows,
     events_to_tables,
     ms_to_datetime,
     stck_to_unix_us,
 )
-from pipeline.spark.engine.decode_stage import ERROR_EYE, WARNING_EYE, RecordDecoder
+from pipeline.spark.engine.decode_stage import (
+    ERROR_EYE,
+    TICK_PART,
+    WARNING_EYE,
+    RecordDecoder,
+    pseudo_rows,
+)
 from pipeline.spark.engine.gcpause import gc_paused
 from pipeline.spark.land.datafiles import DataFiles, task_batch_id
 from pipeline.spark.land.tables import BLOB_COLUMN, OUTPUT_DDL, STATS_TABLE
 from pipeline.urb import UrbFormatError
 
-__all__ = ["OUTPUT_DDL", "STATE_DDL", "STATS_TABLE", "batch_output", "key_stats",
-           "split_frames", "split_rows", "state_function", "to_output"]
+__all__ = ["OUTPUT_DDL", "STATE_DDL", "STATS_TABLE", "KeyStep", "batch_output", "key_stats",
+           "key_step", "split_frames", "split_records", "split_rows", "state_function",
+           "to_output"]
 STATE_DDL = "state binary"
 
 
@@ -58,9 +72,15 @@ def split_rows(pdf: pd.DataFrame, decoder: RecordDecoder
 
     A record the decode stage's scan routed can still fail the full decode here (a bad URBD
     or URBS length, say): it is quarantined once, with its first key (``part`` 0)."""
+    return split_records(pdf.to_dict("records"), decoder)
+
+
+def split_records(records: Iterable[dict[str, Any]], decoder: RecordDecoder
+                  ) -> tuple[list[ElementRow], list[dict[str, Any]]]:
+    """``split_rows`` over the decode stage's rows as dicts."""
     elements: list[ElementRow] = []
     rejected: list[dict[str, Any]] = []
-    for rec in pdf.to_dict("records"):
+    for rec in records:
         if rec["error"] is not None:
             rejected.append(_quarantine_row(rec, "decode", ERROR_EYE, rec["error"]))
             continue
@@ -89,6 +109,81 @@ def split_frames(frames: Iterable[pd.DataFrame], decoder: RecordDecoder
         elements.extend(e)
         rejected.extend(r)
     return elements, rejected
+
+
+@dataclass(frozen=True, slots=True)
+class KeyStep:
+    """One call's work for one key: ``step``'s result, the transactions the fast path
+    landed ahead of its events (``pipeline.reassembly.fast``; None: none) and the records
+    the codec rejected."""
+
+    result: StepResult
+    landed: Columns | None
+    rejected: list[dict[str, Any]]
+
+
+def key_step(current: KeyState | None, frames: Iterable[pd.DataFrame], now_ms: int,
+             config: ReassemblyConfig, key: tuple[str, str], decoder: RecordDecoder,
+             fast: bool = True) -> KeyStep:
+    """Decode a key's rows and run the machine: with ``fast``, the leading run of easy
+    messages (and ticks) through the fast path, the rest through ``step`` from the state it
+    hands on — the same rows and state as ``step`` alone (tests/integration/test_fast_path.py).
+
+    The rest keeps its given order, so quarantine rows come in the order ``step`` alone
+    gives them."""
+    frames = list(frames)
+    landed = None
+    if not fast:
+        elements, rejected = split_frames(frames, decoder)
+        return KeyStep(step(current, elements, now_ms, config, key), landed, rejected)
+    # columns, not row dicts: only the rows left to ``step`` become dicts
+    cols = {name: [v for pdf in frames for v in pdf[name].tolist()] for name in _FAST_COLUMNS}
+    rows = list(zip(*(cols[name] for name in _FAST_COLUMNS), strict=True))
+    order = sorted(range(len(rows)), key=lambda i: _kafka_order(rows[i]))
+    items = _fast_items([rows[i] for i in order])
+    taken = fast_step(current, items, now_ms, config, key, decoder.codepage)
+    skip = set(order[:taken.consumed])
+    if taken.consumed:
+        current, landed = taken.state, taken.columns
+    rest = [i for i in range(len(rows)) if i not in skip]
+    names = [name for pdf in frames[:1] for name in pdf.columns]
+    records = [dict(zip(names, row, strict=True))
+               for row in _rows(frames, names, rest)] if rest else []
+    elements, rejected = split_records(records, decoder)
+    return KeyStep(step(current, elements, now_ms, config, key), landed, rejected)
+
+
+#: The decode stage's columns the fast path reads, in this order.
+_FAST_COLUMNS = ("topic", "partition", "offset", "part", "error", "value")
+
+
+def _rows(frames: list[pd.DataFrame], names: list[str], keep: list[int]
+          ) -> list[tuple[Any, ...]]:
+    """The rows at positions ``keep`` (over all frames, in order), every column."""
+    frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    return list(frame.iloc[keep][names].itertuples(index=False, name=None))
+
+
+def _kafka_order(row: tuple[Any, ...]) -> tuple[int, int, str, bool]:
+    """``ElementRow.message_key``'s order: a pseudo row after the message at its offset."""
+    topic, partition, offset, part = row[:4]
+    return (int(partition), int(offset), topic, int(part) < 0)
+
+
+def _fast_items(rows: list[tuple[Any, ...]]) -> list[Incoming]:
+    """The leading rows (``_FAST_COLUMNS``) the fast path can read: messages of one key
+    (``part`` 0, no routing error) and ticks; it stops at anything else."""
+    items: list[Incoming] = []
+    for topic, partition, offset, part, error, value in rows:
+        coords = (topic, int(partition), int(offset))
+        if part == 0 and error is None and value is not None:
+            items.append(Incoming(*coords, value=bytes(value)))
+        elif part == TICK_PART:
+            row = pseudo_rows(*coords, value, part)[0]
+            items.append(Incoming(*coords, tick=row.num("htime")))
+        else:
+            break
+    return items
 
 
 def _jsonable(value: object) -> object:
@@ -123,32 +218,37 @@ def to_output(tables: dict[str, list[dict[str, Any]]]) -> pd.DataFrame:
 
 
 def key_stats(key: tuple[str, str], frames: list[pd.DataFrame], state: KeyState | None,
-              events: list[Any] = (), tod_offset_us: int = 0) -> dict[str, Any]:
+              events: list[Any] = (), tod_offset_us: int = 0,
+              landed: Columns | None = None) -> dict[str, Any]:
     """The metrics row of one call: input bytes (each record once), the key's open gaps, and
     each landed transaction's commit/processed/sent times (Unix µs) for the latency legs, so
-    the sink needs no extra Spark job to read them back."""
+    the sink needs no extra Spark job to read them back (``landed``: the fast path's
+    transactions, first)."""
     nbytes = sum(int(f.loc[f["part"] == 0, "value"].map(len).sum()) for f in frames if len(f))
-    times = [[stck_to_unix_us(e.commit_time, tod_offset_us),
-              stck_to_unix_us(e.processed_time, tod_offset_us),
-              stck_to_unix_us(e.sent_time, tod_offset_us)]
-             for e in events if isinstance(e, TransactionComplete)]
+    fast = landed["transactions"] if landed is not None else {}
+    times = [list(t) for t in zip(fast.get("commit_time", ()), fast.get("processed_time", ()),
+                                  fast.get("sent_time", ()), strict=True)]
+    times += [[stck_to_unix_us(e.commit_time, tod_offset_us),
+               stck_to_unix_us(e.processed_time, tod_offset_us),
+               stck_to_unix_us(e.sent_time, tod_offset_us)]
+              for e in events if isinstance(e, TransactionComplete)]
     return {"destination": key[-2], "subscription": key[-1], "bytes": nbytes,
             "open_gaps": len(state.gaps) if state is not None else 0, "times_us": times}
 
 
 def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int,
                  stats: dict[str, Any] | None = None, files: DataFiles | None = None,
-                 tod_offset_us: int = 0) -> pd.DataFrame:
+                 tod_offset_us: int = 0, landed: Columns | None = None) -> pd.DataFrame:
     """One call's output frame: the events' table rows plus the decoder's rejected records,
     quarantined at the batch's processing time, plus the call's ``stats`` row (table
     ``STATS_TABLE``: read by the sink for the metrics, never landed). With ``files`` (the
     direct writer) the bulk tables' rows are written as Parquet here and the frame carries
     their file descriptions instead (``pipeline.spark.land.datafiles``). Shared by both state
-    APIs."""
+    APIs. ``landed``: the transactions the fast path landed, ahead of the events'."""
     if files is None:
-        tables, columns = events_to_rows(events, now_ms, tod_offset_us), {}
+        tables, columns = events_to_rows(events, now_ms, tod_offset_us, landed), {}
     else:  # the landed transactions' tables as columns, for Arrow
-        tables, columns = events_to_tables(events, now_ms, tod_offset_us)
+        tables, columns = events_to_tables(events, now_ms, tod_offset_us, landed)
     for row in rejected:
         row["quarantined_at"] = ms_to_datetime(now_ms)
     tables.setdefault("quarantine", []).extend(rejected)
@@ -160,8 +260,9 @@ def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int,
 
 
 def state_function(config: ReassemblyConfig, decoder: RecordDecoder,
-                   files: DataFiles | None = None):
-    """The function passed to applyInPandasWithState (``files``: the direct writer, if on)."""
+                   files: DataFiles | None = None, fast: bool = True):
+    """The function passed to applyInPandasWithState (``files``: the direct writer, if on;
+    ``fast``: the fast path, ``stream.fast_path``)."""
 
     def reassemble(key: tuple[str, str], frames: Iterator[pd.DataFrame],
                    state: Any) -> Iterator[pd.DataFrame]:
@@ -169,8 +270,8 @@ def state_function(config: ReassemblyConfig, decoder: RecordDecoder,
         pdfs = [] if state.hasTimedOut else list(frames)
         with gc_paused():  # pipeline/spark/engine/gcpause.py: a batch's garbage has no cycles
             current = KeyState.from_bytes(state.get[0]) if state.exists else None
-            elements, rejected = split_frames(pdfs, decoder)
-            result = step(current, elements, now_ms, config, (key[-2], key[-1]))
+            done = key_step(current, pdfs, now_ms, config, (key[-2], key[-1]), decoder, fast)
+            result = done.result
             if result.state is None:
                 state.remove()
             else:
@@ -178,9 +279,10 @@ def state_function(config: ReassemblyConfig, decoder: RecordDecoder,
             # PySpark keeps an old timeout armed unless every call sets or clears it.
             if result.next_timeout_ms is not None and result.next_timeout_ms > now_ms:
                 state.setTimeoutDuration(result.next_timeout_ms - now_ms)
-            stats = key_stats(key, pdfs, result.state, result.events, config.tod_offset_us)
-            out = batch_output(result.events, rejected, now_ms, stats, files,
-                               config.tod_offset_us)
+            stats = key_stats(key, pdfs, result.state, result.events, config.tod_offset_us,
+                              done.landed)
+            out = batch_output(result.events, done.rejected, now_ms, stats, files,
+                               config.tod_offset_us, done.landed)
         yield out
 
     return reassemble

@@ -50,12 +50,11 @@ import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
-from pipeline.reassembly import KeyState, ReassemblyConfig, step
+from pipeline.reassembly import KeyState, ReassemblyConfig
 from pipeline.reassembly.events import ImageOut, TransactionComplete
-from pipeline.reassembly.rows import ElementRow
 from pipeline.spark.engine.decode_stage import RecordDecoder
 from pipeline.spark.engine.gcpause import gc_paused
-from pipeline.spark.engine.state_stage import OUTPUT_DDL, batch_output, key_stats, split_frames
+from pipeline.spark.engine.state_stage import OUTPUT_DDL, batch_output, key_stats, key_step
 from pipeline.spark.land.datafiles import DataFiles
 
 HEADER_DDL = "state binary"
@@ -82,10 +81,11 @@ class ReassemblyProcessor(StatefulProcessor):
     """``pipeline.reassembly.step`` per (destination, subscription), open images in ListState."""
 
     def __init__(self, config: ReassemblyConfig, decoder: RecordDecoder,
-                 files: DataFiles | None = None) -> None:
+                 files: DataFiles | None = None, fast: bool = True) -> None:
         self.config = config
         self.decoder = decoder
         self.files = files  # the direct writer (pipeline/spark/land/datafiles.py), or None
+        self.fast = fast  # the fast path (stream.fast_path, pipeline/reassembly/fast.py)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -97,20 +97,19 @@ class ReassemblyProcessor(StatefulProcessor):
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
         frames = list(rows)
         with gc_paused():  # pipeline/spark/engine/gcpause.py: a batch's garbage has no cycles
-            elements, rejected = split_frames(frames, self.decoder)
-            out = self._advance(key, elements, rejected, timerValues, frames)
+            out = self._advance(key, timerValues, frames)
         yield out
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
-        yield self._advance(key, [], [], timerValues, [])
+        yield self._advance(key, timerValues, [])
 
     def close(self) -> None:
         pass
 
     # ------------------------------------------------------------------ internals
-    def _advance(self, key: Any, elements: list[ElementRow], rejected: list[dict[str, Any]],
-                 timerValues: TimerValues, frames: list[pd.DataFrame]) -> pd.DataFrame:
+    def _advance(self, key: Any, timerValues: TimerValues,
+                 frames: list[pd.DataFrame]) -> pd.DataFrame:
         # The batch's processing time from Spark (kept in the offset log), never the wall clock:
         # a replayed batch must produce the same output.
         now_ms = int(timerValues.getCurrentProcessingTimeInMs())
@@ -119,7 +118,11 @@ class ReassemblyProcessor(StatefulProcessor):
         srow = self.spilled.get() if self.spilled.exists() else None
         spilled = tuple(int(v) for v in srow) if srow else None
 
-        result = step(current, elements, now_ms, self.config, (key[-2], key[-1]))
+        # the open transaction's images are in list state, so the fast path never starts
+        # from a state with one (fast.easy_state): the spilled images stay step's business
+        done = key_step(current, frames, now_ms, self.config, (key[-2], key[-1]),
+                        self.decoder, self.fast)
+        result = done.result
 
         events = list(result.events)
         if spilled is not None:
@@ -129,12 +132,12 @@ class ReassemblyProcessor(StatefulProcessor):
                                    for r in self.images.get())
                     events[i] = dataclasses.replace(event, images=stored + event.images)
         stats = key_stats((key[-2], key[-1]), frames, result.state, result.events,
-                          self.config.tod_offset_us)
+                          self.config.tod_offset_us, done.landed)
         self._save(result.state, spilled)
         self._arm(result.next_timeout_ms, now_ms)
 
-        return batch_output(events, rejected, now_ms, stats, self.files,
-                            self.config.tod_offset_us)
+        return batch_output(events, done.rejected, now_ms, stats, self.files,
+                            self.config.tod_offset_us, done.landed)
 
     def _save(self, st: KeyState | None, spilled: tuple[int, int, int, int] | None) -> None:
         """Append the open Partial's new images to the list, save the header without them."""
