@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Layout, Settings
 from pipeline.payload import spark_ddl
-from pipeline.spark.land.tables import table_path
+from pipeline.spark.land.tables import CHANGE_FEED, lifetime_properties, set_properties, table_path
 from pipeline.typed.decoding import DecodeSpec
 
 if TYPE_CHECKING:
@@ -96,6 +96,17 @@ def typed_tables(lay: Layout) -> list[tuple[str, str]]:
     return tables
 
 
+def typed_properties(settings: Settings, name: str) -> dict[str, str]:
+    """Delta properties of a typed table: the lifetime ones (Spark writes every typed table),
+    and on ``current_…`` the change feed (``stream.change_feed``), so downstream jobs read
+    what the MERGEs, deletes and refreshes changed instead of diffing snapshots. Delta's
+    defaults otherwise (statistics, checkpoint interval)."""
+    props = lifetime_properties(settings, spark_written=True)
+    if name.startswith("current_"):
+        props[CHANGE_FEED] = str(settings.stream.change_feed).lower()
+    return props
+
+
 def value_tables(lay: Layout) -> list[str]:
     """The tables with the layout's value columns: change, current, history (tombstones keep
     versions only)."""
@@ -120,9 +131,14 @@ class TypedTableSet:
                 path = table_path(settings, name)
                 if path in self._created:
                     continue
+                props = typed_properties(settings, name)
                 builder = (DeltaTable.createIfNotExists(spark).location(path)
                            .addColumns(StructType.fromDDL(ddl)))
+                for key, value in props.items():
+                    builder = builder.property(key, value)
                 if settings.stream.catalog_schema:
                     builder = builder.tableName(f"{settings.stream.catalog_schema}.{name}")
                 builder.execute()
+                # a table made by an older version or conf: its properties brought up to date
+                set_properties(spark, path, props)
                 self._created.add(path)
