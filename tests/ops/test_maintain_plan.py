@@ -137,3 +137,56 @@ def test_maintain_usage_and_lake_errors(conf_file: Path, write_table: WriteTable
     write_table("transactions", [transaction("COLOR", 1)])
     assert main(["maintain", "--conf-file", str(conf_file), "--tables", "nope"]) == 2
     assert "not a table the job writes: nope" in capsys.readouterr().err
+
+
+class _Tables:
+    """Stands in for ``pipeline.spark.land.maintenance``: files per table, what was done,
+    and a compaction that meets a concurrent commit on ``conflicting``."""
+
+    def __init__(self, conflicting: str, auto: str) -> None:
+        self.files = {"transactions": 40, "records": 30, "gaps": 9}
+        self.done: list[tuple[str, str]] = []
+        self.conflicting, self.auto = conflicting, auto
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from pipeline.spark.land import maintenance
+
+        name = lambda path: path.rsplit("/", 1)[-1]  # noqa: E731
+        monkeypatch.setattr(maintenance, "is_table", lambda _s, p: name(p) in self.files)
+        monkeypatch.setattr(maintenance, "table_files",
+                            lambda _s, p: (self.files[name(p)], self.files[name(p)] * 1000))
+        monkeypatch.setattr(maintenance, "auto_compacted", lambda _s, p: name(p) == self.auto)
+        monkeypatch.setattr(maintenance, "compact", lambda _s, p, _b: self._compact(name(p)))
+        monkeypatch.setattr(maintenance, "vacuum",
+                            lambda _s, p, h: self.done.append((name(p), f"vacuum {h}")))
+        monkeypatch.setattr(maintenance, "checkpoint",
+                            lambda _s, p: self.done.append((name(p), "checkpoint")))
+
+    def _compact(self, table: str) -> None:
+        if table == self.conflicting:
+            raise RuntimeError("[DELTA_CONCURRENT_DELETE_READ] ConcurrentDeleteReadException: "
+                               "this transaction attempted to read files deleted by a "
+                               "concurrent update")
+        self.done.append((table, "compact"))
+        self.files[table] = 1
+
+
+def test_a_conflict_skips_that_table_the_others_go_on(test_settings, monkeypatch) -> None:
+    from pipeline.ops.maintain import run_plan
+
+    fake = _Tables(conflicting="records", auto="gaps")
+    fake.install(monkeypatch)
+    lines: list[str] = []
+    chosen = plan(test_settings, ["transactions", "records", "gaps", "alerts"])
+    runs = run_plan(None, test_settings, chosen, lines.append)  # type: ignore[arg-type]
+    assert fake.done == [("transactions", "compact"), ("transactions", "vacuum 168"),
+                         ("transactions", "checkpoint"),
+                         ("gaps", "vacuum 168"), ("gaps", "checkpoint")]
+    assert [(r.table, r.files_after, r.failed) for r in runs] == [
+        ("transactions", 1, False), ("records", None, True), ("gaps", 9, False),
+        ("alerts", None, False)]
+    assert runs[1].problem == "a concurrent commit won, next run"
+    assert runs[3].problem == MISSING
+    assert lines[0] == "[1/4] transactions: …" and len(lines) == 8
+    assert lines[3] == ("[2/4] records: 30 files, 29.3 KB; "
+                        "skipped: a concurrent commit won, next run")
