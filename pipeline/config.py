@@ -419,6 +419,11 @@ class Maintenance(_Model):
     # a batch and the driver commits it at that batch's end, so this is the longest batch.
     # A file younger than this may still be committed: VACUUM must not delete it.
     commit_wait_hours: float = Field(24.0, gt=0)
+    # In-job compaction (pipeline/spark/land/maintenance.py, ``InJobMaintenance``): every this
+    # many minutes the running job compacts its tables between batches, as many per batch as
+    # fit in ``max_pause_seconds`` (plus the one it is on). None: off (``urbpipe maintain``).
+    every_minutes: float | None = Field(None, gt=0)
+    max_pause_seconds: float = Field(30.0, gt=0)
 
     @field_validator("target_file_size")
     @classmethod

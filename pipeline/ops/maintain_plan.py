@@ -23,9 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipeline.config import Settings
-from pipeline.errors import UsageError
-from pipeline.spark.land.tables import DIRECT_TABLES, SCHEMAS
-from pipeline.spark.typed.tables import typed_tables
+from pipeline.spark.land.tables import DIRECT_TABLES
+from pipeline.spark.typed.tables import select_tables
 
 #: Delta's default ``delta.deletedFileRetentionDuration`` (7 days) in hours.
 DELTA_MIN_RETENTION_HOURS = 168
@@ -33,28 +32,6 @@ DELTA_MIN_RETENTION_HOURS = 168
 MISSING = "no such table yet"
 #: The note of a table Delta compacts itself (``stream.delta_auto_compact``).
 AUTO_COMPACTED = "compaction left to Delta's auto compaction"
-
-
-def job_tables(settings: Settings) -> list[str]:
-    """Every table the job writes for this conf: its own, then each layout's typed tables."""
-    names = list(SCHEMAS)
-    for lay in settings.layouts:
-        names.extend(name for name, _ in typed_tables(lay) if name not in names)
-    return names
-
-
-def select_tables(settings: Settings, wanted: Sequence[str] | None = None) -> list[str]:
-    """The tables to maintain: ``wanted`` (``--tables``), else ``maintenance.tables``; names
-    the job does not write are a usage error (a typo must not silently maintain nothing)."""
-    known = job_tables(settings)
-    chosen = list(wanted) if wanted else settings.maintenance.tables
-    if chosen == "all" or chosen == ["all"]:
-        return known
-    unknown = [name for name in chosen if name not in known]
-    if unknown:
-        raise UsageError(f"not a table the job writes: {', '.join(unknown)} "
-                         f"(known: {', '.join(known)})")
-    return [name for name in known if name in chosen]  # the job's order, once each
 
 
 def vacuum_retention_hours(settings: Settings) -> int:

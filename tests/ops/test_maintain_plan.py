@@ -15,14 +15,12 @@ from pipeline.ops.maintain_plan import (
     MISSING,
     TableRun,
     human_bytes,
-    job_tables,
     plan,
-    select_tables,
     summary,
     vacuum_retention_hours,
 )
 from pipeline.spark.land.tables import DIRECT_TABLES, SCHEMAS, table_properties
-from pipeline.spark.typed.tables import typed_properties
+from pipeline.spark.typed.tables import job_tables, select_tables, typed_properties
 from tests.ops.conftest import WriteTable, transaction
 
 
@@ -190,3 +188,51 @@ def test_a_conflict_skips_that_table_the_others_go_on(test_settings, monkeypatch
     assert lines[0] == "[1/4] transactions: …" and len(lines) == 8
     assert lines[3] == ("[2/4] records: 30 files, 29.3 KB; "
                         "skipped: a concurrent commit won, next run")
+
+
+def test_rounds_come_every_interval_and_spread_over_batches() -> None:
+    from pipeline.spark.land.maintenance import Rounds
+
+    rounds = Rounds(["a", "b", "c"], every_s=60, now=0)
+    assert rounds.next_table(59) is None, "not at start"
+    assert [rounds.next_table(60), rounds.next_table(61)] == ["a", "b"]
+    assert rounds.finish(62) is None, "c is still to do"
+    assert rounds.next_table(100) == "c" and rounds.next_table(100) is None
+    assert rounds.finish(101) == 41 and rounds.finish(102) is None
+    assert rounds.next_table(119) is None and rounds.next_table(120) == "a"
+
+
+def test_in_job_maintenance_keeps_to_its_budget_and_never_raises(test_settings,
+                                                                  monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from pipeline.spark.land.maintenance import InJobMaintenance
+
+    fake = _Tables(conflicting="records", auto="gaps")
+    fake.install(monkeypatch)
+    now = [0.0]
+
+    def clock() -> float:
+        return now[0]
+
+    def compact(table: str) -> None:
+        now[0] += 4  # each compaction takes 4 s
+        fake._compact(table)
+
+    from pipeline.spark.land import maintenance
+    monkeypatch.setattr(maintenance, "compact", lambda _s, p, _b: compact(p.rsplit("/")[-1]))
+    settings = test_settings.model_copy(update={"maintenance": test_settings.maintenance
+                                                .model_copy(update={"every_minutes": 1.0,
+                                                                    "max_pause_seconds": 5.0})})
+    step = InJobMaintenance(settings, ["transactions", "records", "gaps", "alerts"],
+                            clock=clock, wall=lambda: 1_764_000_000.0)
+    batch = SimpleNamespace(session=None)
+    assert step.land(batch) == {"maint_compacted": 0, "maint_skipped": 0}  # not due yet
+    now[0] = 60.0
+    # budget 5 s: transactions (4 s) fits, records starts at 4 s, conflicts: the batch goes on
+    assert step.land(batch) == {"maint_compacted": 1, "maint_skipped": 1,
+                                "files:transactions": 1}
+    # next batch: gaps is auto-compacted (left out), alerts does not exist: the round ends
+    assert step.land(batch) == {"maint_compacted": 0, "maint_skipped": 0,
+                                "maint_round_ms": 8000, "maint_last_round_at": 1_764_000_000}
+    assert ("records", "compact") not in fake.done
