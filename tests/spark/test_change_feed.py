@@ -56,6 +56,7 @@ def fed(spark, test_settings: Settings, tmp_path_factory: pytest.TempPathFactory
         _run(spark, batch, batch_id, settings)
         versions.append(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
     _run(spark, _batches(settings)[1], 1, settings)  # a replay after a crash: skipped
+    versions.append(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
     return spark, path, versions
 
 
@@ -93,4 +94,5 @@ def test_the_feed_from_the_start_holds_the_inserts_and_nothing_of_the_replay(fed
     inserts = [r[1:] for r in feed if r[0] <= versions[0]]
     assert sorted(inserts) == [(1, "insert", "RED"), (2, "insert", "BLUE"),
                                (3, "insert", "GOLD")]
-    assert max(v for v, *_ in feed) == versions[2], "the replay committed nothing"
+    assert max(v for v, *_ in feed) <= versions[2]
+    assert versions[3] == versions[2], "the replay committed nothing"

@@ -164,11 +164,12 @@ class InJobMaintenance:
             if table is None:
                 break
             self._compact(spark, table, counts)
-        seconds = self._rounds.finish(self._clock())
-        if seconds is not None:
-            counts["maint_round_ms"] = int(seconds * 1000)
-            counts["maint_last_round_at"] = int(self._wall())
-            log.info("maintenance round done in %.1f s", seconds)
+            seconds = self._rounds.finish(self._clock())
+            if seconds is not None:  # at most one round per batch, however short the interval
+                counts["maint_round_ms"] = int(seconds * 1000)
+                counts["maint_last_round_at"] = int(self._wall())
+                log.info("maintenance round done in %.1f s", seconds)
+                break
         return counts
 
     def _compact(self, spark: SparkSession, table: str, counts: dict[str, int]) -> None:
