@@ -47,6 +47,8 @@ def _feed(spark, path: str, start: int) -> list[tuple]:
 @pytest.fixture(scope="module")
 def fed(spark, test_settings: Settings, tmp_path_factory: pytest.TempPathFactory):
     settings = _settings(test_settings, tmp_path_factory.mktemp("feed") / "lake")
+    settings = settings.model_copy(update={"layouts": [  # no history table: fewer MERGEs
+        lay.model_copy(update={"history": False}) for lay in settings.layouts]})
     ensure_tables(spark, settings)
     path = table_path(settings, "current_color_4")
     from delta.tables import DeltaTable
