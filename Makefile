@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 CONF ?= conf/local.yaml
 
-.PHONY: help setup jars demo cluster-demo test test-unit faults lint bench soak broker-start broker-stop clean
+.PHONY: help setup jars demo cluster-demo test test-unit faults lint bench soak lake-soak broker-start broker-stop clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -45,6 +45,9 @@ bench: setup  ## codec, state task (one busy key), then pipeline vs raw Kafka->D
 
 soak: setup  ## >=10 min steady load with faults: state and memory flat? (not in CI; SOAK_ARGS=...)
 	@$(PY) benchmarks/soak.py $(SOAK_ARGS)
+
+lake-soak: setup  ## >=2,000 batches, maintenance off then on: files, log size, query times (not in CI; LAKE_SOAK_ARGS=...)
+	@$(PY) benchmarks/lake_soak.py $(LAKE_SOAK_ARGS)
 
 broker-start: setup  ## start the local KRaft broker and create the topics from conf
 	@$(PY) -m pipeline.ops.broker start --conf-file $(CONF)

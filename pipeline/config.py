@@ -349,6 +349,20 @@ class Stream(_Model):
     # Min/max statistics for the first N columns (the key columns: names, epoch, tsnr …);
     # Delta's default 32 also covers payload-side columns nobody filters on.
     delta_stats_columns: int = Field(8, ge=-1, le=1_000)
+    # How long the tables keep their history (every table the product creates, typed ones
+    # included; ``lifetime_properties``): the log's commits for time travel and the change
+    # feed, and the files a commit removed, which VACUUM may delete only after this.
+    # Delta's defaults (30 and 7 days) are the floor of the second: a shorter one would let
+    # VACUUM delete a file a reader or a running batch still needs.
+    delta_log_retention_days: int = Field(30, ge=1, le=36_500)
+    delta_deleted_file_retention_days: int = Field(7, ge=7, le=36_500)
+    # Delta's auto compaction after each commit (``delta.autoOptimize.autoCompact``) on the
+    # tables Spark appends to (not ``DIRECT_TABLES``: compaction inside the direct writer's
+    # commit would stall the batch; ``urbpipe maintain`` compacts those).
+    delta_auto_compact: bool = True
+    # Delta Change Data Feed on the current-state typed tables (``current_<sub>_<fnr>``):
+    # downstream jobs read what changed since version N (``readChangeFeed``).
+    change_feed: bool = True
     # Who writes the bulk tables' data files (pipeline/spark/land/datafiles.py): ``direct`` — the
     # state tasks with pyarrow, committed by the driver through delta-spark; ``spark`` — Spark
     # appends; ``auto`` — direct for a lake on the local file system, Spark otherwise.
@@ -378,6 +392,53 @@ class Stream(_Model):
 _SECRET_CONF = re.compile(
     r"^(spark\.hadoop\.)?fs\.s3a\.(bucket\.[^.]+\.)?(access\.key|secret\.key|session\.token)$"
     r"|^(spark\.hadoop\.)?fs\.azure\.account\.key(\..+)?$")
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*(B|KB|MB|GB)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """Bytes of ``128MB``, ``512 KB``, ``1GB`` or a bare number (binary units, as Delta's
+    ``optimize.maxFileSize`` counts)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a size like 128MB, 512KB, 1GB")
+    return int(match[1]) * _SIZE_UNITS[(match[2] or "b").lower()]
+
+
+class Maintenance(_Model):
+    """Compaction, vacuum and log checkpoints of the job's tables (``urbpipe maintain``,
+    ``pipeline.ops.maintain``)."""
+
+    # Which tables: "all" (every table the job writes that exists) or a list of names.
+    tables: Literal["all"] | list[str] = "all"
+    # Compaction's target: files smaller than this are packed into files of about this size.
+    target_file_size: str = "128MB"
+    # VACUUM keeps unreferenced files younger than this; never shorter than Delta's 7 days,
+    # ``stream.delta_deleted_file_retention_days`` or ``commit_wait_hours``
+    # (``pipeline.ops.maintain_plan.vacuum_retention_hours``).
+    vacuum_retention_hours: int = Field(168, ge=168)
+    # The longest a direct-writer file can wait for its commit: a state task writes it during
+    # a batch and the driver commits it at that batch's end, so this is the longest batch.
+    # A file younger than this may still be committed: VACUUM must not delete it.
+    commit_wait_hours: float = Field(24.0, gt=0)
+    # In-job compaction (pipeline/spark/land/maintenance.py, ``InJobMaintenance``): every this
+    # many minutes the running job compacts its tables between batches, as many per batch as
+    # fit in ``max_pause_seconds`` (plus the one it is on). None: off (``urbpipe maintain``).
+    every_minutes: float | None = Field(None, gt=0)
+    max_pause_seconds: float = Field(30.0, gt=0)
+
+    @field_validator("target_file_size")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        if parse_size(value) < 1 << 20:
+            raise ValueError("must be at least 1MB")
+        return value
+
+    @property
+    def target_file_bytes(self) -> int:
+        return parse_size(self.target_file_size)
 
 
 class SparkSettings(_Model):
@@ -555,6 +616,7 @@ class Settings(_Model):
     spark: SparkSettings = SparkSettings()
     layouts: list[Layout] = Field(default_factory=list)
     object_store: ObjectStore = ObjectStore()
+    maintenance: Maintenance = Maintenance()
     base_dir: str = "."
 
     @model_validator(mode="after")

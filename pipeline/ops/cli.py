@@ -2,7 +2,8 @@
 
 Every command reads the job's conf (``--conf-file``, default ``conf/local.yaml`` or
 ``$URBPIPE_CONF``, with the same ``URBPIPE__…`` environment overrides as the job), reads the
-lake without Spark, and ends with an exit code scripts can branch on. Errors are one line on
+lake without Spark (except ``maintain``, whose compaction and vacuum are delta-spark's), and
+ends with an exit code scripts can branch on. Errors are one line on
 stderr, never a traceback (``URBPIPE_DEBUG=1`` shows it).
 """
 
@@ -26,7 +27,8 @@ INTERNAL_ERROR = 4
 EXIT_CODES = f"""exit codes:
   {errors.OK}  ok
   {errors.PROBLEMS}  found problems (open or unacknowledged gaps, an error reply or no reply,
-     quarantined messages pending or still failing, failed or overdue INST requests)
+     quarantined messages pending or still failing, failed or overdue INST requests, a
+     table maintain skipped for a conflict or an error)
   {errors.USAGE}  usage or conf error
   {errors.UNREACHABLE}  broker or lake unreachable
   {INTERNAL_ERROR}  internal error (a bug: rerun with URBPIPE_DEBUG=1 and report it)
@@ -209,6 +211,36 @@ def cmd_quarantine_replay(args: argparse.Namespace, settings: Settings) -> int:
     return errors.PROBLEMS if report.still_failing else errors.OK
 
 
+def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
+    import time
+
+    from pipeline.ops.lake import Lake
+    from pipeline.ops.maintain_plan import human_bytes, plan, summary
+
+    wanted = [t.strip() for t in args.tables.split(",") if t.strip()] if args.tables else None
+    chosen = plan(settings, wanted)
+    lake = Lake(settings)
+    lake.require()
+    head = (f"{len(chosen.tables)} tables, target file size "
+            f"{human_bytes(chosen.target_file_bytes)}, vacuum retention "
+            f"{chosen.retention_hours} h")
+    if args.dry_run:
+        print(f"would maintain {head}:")
+        for table, line in zip(chosen.tables, chosen.describe(), strict=True):
+            print(f"  {line}" if lake.exists(table) else f"  {table}: no such table yet, skip")
+        return errors.OK
+    from pipeline.ops.maintain import run_plan
+    from pipeline.spark.engine.session import build_session
+
+    print(f"maintaining {head}", flush=True)
+    started = time.monotonic()
+    runs = run_plan(build_session(settings), settings, chosen,
+                    lambda line: print(line, flush=True))
+    for line in summary(runs, time.monotonic() - started):
+        print(line)
+    return errors.PROBLEMS if any(r.failed for r in runs) else errors.OK
+
+
 def cmd_dump(args: argparse.Namespace, settings: Settings | None) -> int:
     from pipeline.urb.dump import main as dump_main
 
@@ -345,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="urbpipe",
         description="Operate the Event Replicator → Kafka → Spark → Delta pipeline: status, "
                     "requests to the replicator, gaps, initial-state requests, quarantine, "
-                    "message dumps.",
+                    "lake maintenance, message dumps.",
         epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _conf_option(parser, top=True)
     subs = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -429,6 +461,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", **since)
     p.add_argument("--dry-run", action="store_true", help="re-decode and report, send nothing")
     _json_option(p)
+
+    p = _sub(subs, "maintain", "compact, vacuum and checkpoint the job's Delta tables",
+             "Compact the small files of every table the job writes (Delta OPTIMIZE: files "
+             "smaller than maintenance.target_file_size packed into files of about that size; "
+             "no row changes), vacuum the files no longer referenced, and checkpoint each "
+             "table's Delta log. VACUUM's retention is the longest of Delta's 7 days, "
+             "maintenance.vacuum_retention_hours, stream.delta_deleted_file_retention_days "
+             "and maintenance.commit_wait_hours (the longest a direct-writer file waits for "
+             "its commit): no conf makes it shorter. Safe while the job runs on a file "
+             "system, ADLS or HDFS (on S3 only with the DynamoDB log store: conf/README.md, "
+             "\"object_store\"). A table whose compaction meets a concurrent commit of the job "
+             "is skipped until the next run. Starts Spark (the job's spark section). Prints a "
+             "line as each table starts and ends, then a summary: per table, files and bytes "
+             "before and after, time taken. Exit 1 when a table was skipped for a conflict or "
+             "an error.", cmd_maintain)
+    p.add_argument("--tables", metavar="T1,T2",
+                   help="comma-separated tables to maintain (default maintenance.tables: all "
+                        "the job writes, its typed tables included)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print what would be done to which table, start no Spark, change "
+                        "nothing")
 
     p = _sub(subs, "dump", "decode captured messages (python -m pipeline.urb dump)",
              "Print messages like the replicator documentation does; exit 1 when some do not "

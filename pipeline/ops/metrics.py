@@ -196,6 +196,20 @@ class PrometheusExporter:
                        for k in ("messages", "transactions", "records", "bytes", "duplicates")}
         self.latency = Gauge("urbpipe_latency_seconds", "Latency leg of the last batch",
                              ["leg", "quantile"], registry=self.registry)
+        # in-job maintenance (pipeline/spark/land/maintenance.py, InJobMaintenance)
+        self.table_files = Gauge("urbpipe_table_files",
+                                 "Data files of a table after the job last compacted it",
+                                 ["table"], registry=self.registry)
+        self.maintenance = {
+            "maint_last_round_at": Gauge("urbpipe_maintenance_last_round_timestamp_seconds",
+                                         "When the job's last maintenance round ended",
+                                         registry=self.registry),
+            "maint_round_ms": Gauge("urbpipe_maintenance_round_seconds",
+                                    "How long the job's last maintenance round took",
+                                    registry=self.registry)}
+        self.maintenance_skipped = Counter(
+            "urbpipe_maintenance_skipped", "Tables whose compaction was skipped (a concurrent "
+            "commit won, an error) since the job started", registry=self.registry)
         self.server, self.thread = start_http_server(port, addr=addr, registry=self.registry)
         self.port = int(self.server.server_port)
 
@@ -214,6 +228,18 @@ class PrometheusExporter:
         for leg, values in (record.get("latency_s") or {}).items():
             for q in ("p50", "p99"):
                 self.latency.labels(leg, q).set(values[q])
+        self.observe_maintenance(record.get("counts") or {})
+
+    def observe_maintenance(self, counts: Mapping[str, int]) -> None:
+        """The batch's maintenance counts: files per compacted table, the round's end and
+        duration, skipped tables (gauges keep their last value between rounds)."""
+        for key, value in counts.items():
+            if key.startswith("files:"):
+                self.table_files.labels(key.removeprefix("files:")).set(value)
+        if "maint_last_round_at" in counts:
+            self.maintenance["maint_last_round_at"].set(counts["maint_last_round_at"])
+            self.maintenance["maint_round_ms"].set(counts.get("maint_round_ms", 0) / 1000)
+        self.maintenance_skipped.inc(max(0, int(counts.get("maint_skipped", 0))))
 
     def close(self) -> None:
         self.server.shutdown()

@@ -135,25 +135,50 @@ def test_format_progress_line() -> None:
     assert "\n" not in line
 
 
+def _scrape(listener: MetricsListener) -> str:
+    assert listener.prometheus is not None
+    url = f"http://127.0.0.1:{listener.prometheus.port}/metrics"
+    return urllib.request.urlopen(url, timeout=5).read().decode()
+
+
+class FakeStreams:
+    def __init__(self) -> None:
+        self.listeners: list = []
+
+    def addListener(self, listener: object) -> None:
+        self.listeners.append(listener)
+
+
 def test_prometheus_endpoint_on_an_ephemeral_port(tmp_path: Path) -> None:
-    class FakeStreams:
-        def __init__(self) -> None:
-            self.listeners: list = []
-
-        def addListener(self, listener: object) -> None:
-            self.listeners.append(listener)
-
     spark = SimpleNamespace(streams=FakeStreams())
     listener = attach_metrics(spark, jsonl_path=tmp_path / "m.jsonl", prometheus_port=0)
     try:
         assert spark.streams.listeners == [listener]
         listener.record_batch_counts(1, {"transactions": 7})
         listener.observe(FakeProgress(1))
-        assert listener.prometheus is not None
-        url = f"http://127.0.0.1:{listener.prometheus.port}/metrics"
-        body = urllib.request.urlopen(url, timeout=5).read().decode()
+        body = _scrape(listener)
         assert "urbpipe_transactions_total 7.0" in body
         assert "urbpipe_batch_state_rows 15.0" in body
         assert "urbpipe_batch_last_batch_id 1.0" in body
+    finally:
+        listener.close()
+
+
+def test_prometheus_shows_the_jobs_maintenance(tmp_path: Path) -> None:
+    """files per compacted table, the last round's end and duration, skipped tables."""
+    listener = attach_metrics(SimpleNamespace(streams=FakeStreams()),
+                              jsonl_path=tmp_path / "m.jsonl", prometheus_port=0)
+    try:
+        listener.record_batch_counts(1, {"files:records": 3, "maint_skipped": 1,
+                                         "maint_round_ms": 2500,
+                                         "maint_last_round_at": 1_764_000_000})
+        listener.observe(FakeProgress(1))
+        listener.record_batch_counts(2, {"maint_skipped": 2})
+        listener.observe(FakeProgress(2))
+        body = _scrape(listener)
+        assert 'urbpipe_table_files{table="records"} 3.0' in body
+        assert "urbpipe_maintenance_round_seconds 2.5" in body
+        assert "urbpipe_maintenance_last_round_timestamp_seconds 1.764e+09" in body
+        assert "urbpipe_maintenance_skipped_total 3.0" in body
     finally:
         listener.close()

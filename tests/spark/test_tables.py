@@ -7,9 +7,10 @@ from pathlib import Path
 
 def test_tables_get_the_conf_properties_and_keep_them_current(spark, test_settings,
                                                               tmp_path: Path) -> None:
-    """stream.delta_checkpoint_interval / delta_stats_columns land on new tables, and a
+    """stream.delta_* (checkpoint interval, statistics, retentions, auto compaction off for
+    the direct writer's tables) land on new tables, and a
     changed conf updates existing ones (one ALTER, nothing when they already match)."""
-    from pipeline.spark.land.tables import SCHEMAS, ensure_tables, table_path
+    from pipeline.spark.land.tables import DIRECT_TABLES, SCHEMAS, ensure_tables, table_path
 
     def props(settings, table: str) -> dict:
         from delta.tables import DeltaTable
@@ -21,7 +22,12 @@ def test_tables_get_the_conf_properties_and_keep_them_current(spark, test_settin
     first = test_settings.model_copy(update={"stream": stream})
     ensure_tables(spark, first)
     assert all(props(first, t) == {"delta.checkpointInterval": "50",
-                                   "delta.dataSkippingNumIndexedCols": "8"} for t in SCHEMAS)
+                                   "delta.dataSkippingNumIndexedCols": "8",
+                                   "delta.logRetentionDuration": "interval 30 days",
+                                   "delta.deletedFileRetentionDuration": "interval 7 days",
+                                   "delta.autoOptimize.autoCompact":
+                                       "false" if t in DIRECT_TABLES else "true"}
+               for t in SCHEMAS)
     changed = first.model_copy(update={"stream": stream.model_copy(
         update={"delta_checkpoint_interval": 20})})
     ensure_tables(spark, changed)

@@ -30,6 +30,7 @@ from pipeline.spark.engine.state_stage import OUTPUT_DDL, STATE_DDL, state_funct
 from pipeline.spark.land.batch_writer import LandingStep, batch_writer
 from pipeline.spark.land.datafiles import data_files
 from pipeline.spark.land.kafka_out import RequestsAndAlerts
+from pipeline.spark.land.maintenance import InJobMaintenance
 from pipeline.spark.land.raw import RawTables
 from pipeline.spark.land.report import BatchCallback, BatchReport, LatencyCallback
 from pipeline.spark.land.tables import ensure_tables
@@ -37,7 +38,7 @@ from pipeline.spark.typed.lifecycle import LifecycleEvents
 from pipeline.spark.typed.reconcile import reconcile_tables
 from pipeline.spark.typed.stage import TypedTables
 from pipeline.spark.typed.stream_layouts import NextLayouts
-from pipeline.spark.typed.tables import TypedTableSet
+from pipeline.spark.typed.tables import TypedTableSet, select_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -172,13 +173,16 @@ def landing_steps(settings: Settings, on_batch: BatchCallback | None = None,
     """The batch writer's steps, in order: raw tables; with conf layouts the typed tables, and
     the lifecycle events after them; requests and alerts (its producer connects now); the
     batch's metrics. The typed steps share one record of the typed tables made so far and
-    the layouts that decode each file's next images (worked out once per batch)."""
+    the layouts that decode each file's next images (worked out once per batch). With
+    ``maintenance.every_minutes`` the job's compaction runs before the report."""
     steps: list[LandingStep] = [RawTables(settings)]
     typed, layouts = TypedTableSet(settings), NextLayouts()
     if settings.layouts:
         steps.append(TypedTables(settings, typed, layouts))
-    steps += [LifecycleEvents(settings, typed, layouts), RequestsAndAlerts(settings),
-              BatchReport(on_batch, on_latency)]
+    steps += [LifecycleEvents(settings, typed, layouts), RequestsAndAlerts(settings)]
+    if settings.maintenance.every_minutes is not None:
+        steps.append(InJobMaintenance(settings, select_tables(settings)))
+    steps.append(BatchReport(on_batch, on_latency))
     return steps
 
 

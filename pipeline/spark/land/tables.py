@@ -161,10 +161,32 @@ def table_path(settings: Settings, table: str) -> str:
     return f"{settings.location(settings.stream.lake_dir).rstrip('/')}/{table}"
 
 
-def table_properties(settings: Settings) -> dict[str, str]:
+#: Delta's auto compaction after a commit with new files (delta-spark >= 3.1, a post-commit
+#: hook of the writing transaction: it runs inside the write that triggers it).
+AUTO_COMPACT = "delta.autoOptimize.autoCompact"
+#: Delta Change Data Feed (``readChangeFeed``), on the current-state typed tables.
+CHANGE_FEED = "delta.enableChangeDataFeed"
+
+
+def lifetime_properties(settings: Settings, *, spark_written: bool) -> dict[str, str]:
+    """What keeps a table fast and safe for years, on every table the product creates: how
+    long the log and the removed files are kept (time travel, the change feed, and VACUUM's
+    floor), and auto compaction where Spark writes the table (``spark_written``: the direct
+    writer's commits would compact inside the batch; ``urbpipe maintain`` does those)."""
+    stream = settings.stream
+    auto = stream.delta_auto_compact and spark_written
+    return {"delta.logRetentionDuration": f"interval {stream.delta_log_retention_days} days",
+            "delta.deletedFileRetentionDuration":
+                f"interval {stream.delta_deleted_file_retention_days} days",
+            AUTO_COMPACT: str(auto).lower()}
+
+
+def table_properties(settings: Settings, table: str) -> dict[str, str]:
     """Delta properties of the job's own tables, from ``stream.delta_*`` (see config.py)."""
+    spark_written = table not in DIRECT_TABLES
     return {"delta.checkpointInterval": str(settings.stream.delta_checkpoint_interval),
-            "delta.dataSkippingNumIndexedCols": str(settings.stream.delta_stats_columns)}
+            "delta.dataSkippingNumIndexedCols": str(settings.stream.delta_stats_columns),
+            **lifetime_properties(settings, spark_written=spark_written)}
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
@@ -173,8 +195,8 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
     from delta.tables import DeltaTable
     from pyspark.sql.types import StructType
 
-    props = table_properties(settings)
     for table, ddl in SCHEMAS.items():
+        props = table_properties(settings, table)
         schema = StructType.fromDDL(f"{ddl}, batch_id bigint")
         path = table_path(settings, table)
         builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
@@ -189,14 +211,19 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
 
 def set_properties(spark: SparkSession, path: str, props: dict[str, str]) -> None:
     """Set the properties that differ (one commit, none when all match)."""
-    # SHOW TBLPROPERTIES reads the table's metadata only; DESCRIBE DETAIL would rebuild the
-    # table's state (file counts) for every table at every start.
-    have = {r["key"]: r["value"]
-            for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()}
+    have = properties_of(spark, path)
     changed = {k: v for k, v in props.items() if have.get(k) != v}
     if changed:
         pairs = ", ".join(f"'{k}' = '{v}'" for k, v in sorted(changed.items()))
         spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({pairs})")
+
+
+def properties_of(spark: SparkSession, path: str) -> dict[str, str]:
+    """The table's properties as they are now."""
+    # SHOW TBLPROPERTIES reads the table's metadata only; DESCRIBE DETAIL would rebuild the
+    # table's state (file counts) for every table at every start.
+    return {r["key"]: r["value"]
+            for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()}
 
 
 def add_missing_columns(spark: SparkSession, path: str, schema: StructType) -> None:

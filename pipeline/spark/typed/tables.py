@@ -1,5 +1,6 @@
 """The typed tables of one configured file: their names, their DDL, the decode spec of the
-format buffer, and a record of which exist (``TypedTableSet``).
+format buffer, and a record of which exist (``TypedTableSet``); and every table the job writes
+for a conf (``job_tables``: its own and the typed ones), which maintenance works through.
 
 ``changes_<sub>_<fnr>`` (every decoded image), ``current_<sub>_<fnr>`` (one row per ISN),
 ``tombstones_<sub>_<fnr>`` (with ``deletes: remove``) and ``history_<sub>_<fnr>`` (with
@@ -8,11 +9,19 @@ format buffer, and a record of which exist (``TypedTableSet``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Layout, Settings
+from pipeline.errors import UsageError
 from pipeline.payload import spark_ddl
-from pipeline.spark.land.tables import table_path
+from pipeline.spark.land.tables import (
+    CHANGE_FEED,
+    SCHEMAS,
+    lifetime_properties,
+    set_properties,
+    table_path,
+)
 from pipeline.typed.decoding import DecodeSpec
 
 if TYPE_CHECKING:
@@ -96,6 +105,39 @@ def typed_tables(lay: Layout) -> list[tuple[str, str]]:
     return tables
 
 
+def typed_properties(settings: Settings, name: str) -> dict[str, str]:
+    """Delta properties of a typed table: the lifetime ones (Spark writes every typed table),
+    and on ``current_…`` the change feed (``stream.change_feed``), so downstream jobs read
+    what the MERGEs, deletes and refreshes changed instead of diffing snapshots. Delta's
+    defaults otherwise (statistics, checkpoint interval)."""
+    props = lifetime_properties(settings, spark_written=True)
+    if name.startswith("current_"):
+        props[CHANGE_FEED] = str(settings.stream.change_feed).lower()
+    return props
+
+
+def job_tables(settings: Settings) -> list[str]:
+    """Every table the job writes for this conf: its own, then each layout's typed tables."""
+    names = list(SCHEMAS)
+    for lay in settings.layouts:
+        names.extend(name for name, _ in typed_tables(lay) if name not in names)
+    return names
+
+
+def select_tables(settings: Settings, wanted: Sequence[str] | None = None) -> list[str]:
+    """The tables to maintain: ``wanted`` (``--tables``), else ``maintenance.tables``; names
+    the job does not write are a usage error (a typo must not silently maintain nothing)."""
+    known = job_tables(settings)
+    chosen = list(wanted) if wanted else settings.maintenance.tables
+    if chosen == "all" or chosen == ["all"]:
+        return known
+    unknown = [name for name in chosen if name not in known]
+    if unknown:
+        raise UsageError(f"not a table the job writes: {', '.join(unknown)} "
+                         f"(known: {', '.join(known)})")
+    return [name for name in known if name in chosen]  # the job's order, once each
+
+
 def value_tables(lay: Layout) -> list[str]:
     """The tables with the layout's value columns: change, current, history (tombstones keep
     versions only)."""
@@ -120,9 +162,14 @@ class TypedTableSet:
                 path = table_path(settings, name)
                 if path in self._created:
                     continue
+                props = typed_properties(settings, name)
                 builder = (DeltaTable.createIfNotExists(spark).location(path)
                            .addColumns(StructType.fromDDL(ddl)))
+                for key, value in props.items():
+                    builder = builder.property(key, value)
                 if settings.stream.catalog_schema:
                     builder = builder.tableName(f"{settings.stream.catalog_schema}.{name}")
                 builder.execute()
+                # a table made by an older version or conf: its properties brought up to date
+                set_properties(spark, path, props)
                 self._created.add(path)
