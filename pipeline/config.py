@@ -428,6 +428,12 @@ class Maintenance(_Model):
     # fit in ``max_pause_seconds`` (plus the one it is on). None: off (``urbpipe maintain``).
     every_minutes: float | None = Field(None, gt=0)
     max_pause_seconds: float = Field(30.0, gt=0)
+    # The file watch (pipeline/spark/land/file_watch.py): every this many minutes the job
+    # counts each table's data files (from the Delta log) and sends a warning alert
+    # (table_files_high, once per table and day) for a table over ``alert_files``: its
+    # compaction is not keeping up. None (either): off.
+    watch_minutes: float | None = Field(15.0, gt=0)
+    alert_files: int | None = Field(5000, ge=1)
 
     @field_validator("target_file_size")
     @classmethod

@@ -141,3 +141,39 @@ def test_the_running_jobs_step_compacts_between_batches(spark, test_settings: Se
     assert counts["maint_compacted"] == 1 and counts["maint_skipped"] == 0
     assert counts["maint_round_ms"] >= 0
     assert _contents(spark, table_path(settings, "transactions")) == before
+
+
+def test_the_file_watch_alerts_on_a_table_whose_files_pile_up(
+        spark, test_settings: Settings, tmp_path: Path) -> None:
+    """FileWatch (maintenance.watch_minutes/alert_files) as the batch writer runs it: counts
+    from the Delta log, one warning alert for the table over the limit, in the alerts table
+    and sent; not again the same day."""
+    import json
+    from types import SimpleNamespace
+
+    from pipeline.spark.land.file_watch import FileWatch
+
+    settings = test_settings.model_copy(update={
+        "stream": test_settings.stream.model_copy(update={"lake_dir": str(tmp_path / "lake")}),
+        "maintenance": test_settings.maintenance.model_copy(
+            update={"watch_minutes": 1e-6, "alert_files": 2})})
+    ensure_tables(spark, settings)
+    for n in range(3):
+        _append(spark, table_path(settings, "transactions"), n * 5)
+    _append(spark, table_path(settings, "records"), 0)
+    sent: list[dict] = []
+    step = FileWatch(settings, ["transactions", "records", "images"], send=sent.append)
+    batch = SimpleNamespace(session=spark, app_id="watch-test", batch_id=7)
+    time.sleep(0.01)  # the first count is due one interval after the start
+    counts = step.land(batch)  # type: ignore[arg-type]
+    assert counts == {"files:transactions": 3, "files:records": 1, "files:images": 0,
+                      "file_alerts": 1}
+    assert [(a["kind"], a["severity"], a["details"]) for a in sent] == [
+        ("table_files_high", "warning", {"table": "transactions", "files": 3, "limit": 2})]
+    landed = spark.read.format("delta").load(table_path(settings, "alerts")).collect()
+    assert [(r.idempotency_key, r.batch_id) for r in landed] == [
+        (sent[0]["idempotency_key"], 7)]
+    assert json.loads(landed[0].details)["files"] == 3
+    time.sleep(0.01)
+    assert step.land(batch)["file_alerts"] == 0  # type: ignore[arg-type]
+    assert len(sent) == 1, "once per table and day"

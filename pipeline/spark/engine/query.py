@@ -29,6 +29,7 @@ from pipeline.spark.engine.lanes import checkpoint_lanes
 from pipeline.spark.engine.state_stage import OUTPUT_DDL, STATE_DDL, state_function
 from pipeline.spark.land.batch_writer import LandingStep, batch_writer
 from pipeline.spark.land.datafiles import data_files
+from pipeline.spark.land.file_watch import FileWatch
 from pipeline.spark.land.kafka_out import RequestsAndAlerts
 from pipeline.spark.land.maintenance import InJobMaintenance
 from pipeline.spark.land.raw import RawTables
@@ -174,7 +175,8 @@ def landing_steps(settings: Settings, on_batch: BatchCallback | None = None,
     the lifecycle events after them; requests and alerts (its producer connects now); the
     batch's metrics. The typed steps share one record of the typed tables made so far and
     the layouts that decode each file's next images (worked out once per batch). With
-    ``maintenance.every_minutes`` the job's compaction runs before the report."""
+    ``maintenance.every_minutes`` the job's compaction runs before the report, and the file
+    watch (``maintenance.watch_minutes``) after it."""
     steps: list[LandingStep] = [RawTables(settings)]
     typed, layouts = TypedTableSet(settings), NextLayouts()
     if settings.layouts:
@@ -182,6 +184,8 @@ def landing_steps(settings: Settings, on_batch: BatchCallback | None = None,
     steps += [LifecycleEvents(settings, typed, layouts), RequestsAndAlerts(settings)]
     if settings.maintenance.every_minutes is not None:
         steps.append(InJobMaintenance(settings, select_tables(settings)))
+    if settings.maintenance.watch_minutes and settings.maintenance.alert_files:
+        steps.append(FileWatch(settings, select_tables(settings)))
     steps.append(BatchReport(on_batch, on_latency))
     return steps
 
