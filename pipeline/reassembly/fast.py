@@ -89,8 +89,8 @@ def fast_step(state: KeyState | None, items: Sequence[Incoming], now_ms: int,
     if not items or not easy_state(state) or items[0].value is None:
         return nothing
     index = [i for i, item in enumerate(items) if item.value is not None]
-    decoded = columnar.decode([items[i].value for i in index], codepage,  # type: ignore[misc]
-                              config.max_buffered_bytes)
+    decoded = _decode_prefix([items[i].value for i in index],  # type: ignore[misc]
+                             codepage, config.max_buffered_bytes)
     st = state.clone() if state is not None else KeyState()
     st.window.resize(config.duplicate_window)
     plain = int(np.argmin(decoded.plain)) if not decoded.plain.all() else len(index)
@@ -114,6 +114,26 @@ def fast_step(state: KeyState | None, items: Sequence[Incoming], now_ms: int,
     columns = _columns(decoded, landed, [items[i] for i in index[:messages]], key, st.epoch,
                        now_ms, config.tod_offset_us)
     return FastResult(st, consumed, columns, landed)
+
+
+#: messages decoded first; the chunk grows fourfold while every message in it is plain
+_FIRST_CHUNK = 64
+
+
+def _decode_prefix(values: list[bytes], codepage: str, cap: int) -> columnar.Transactions:
+    """The key's messages up to and including its first non-plain one (or all of them).
+
+    Why not all at once: only the leading plain run is landed here, and on a real stream it
+    is often short (a status, a continuation, a STRT every few dozen messages: the
+    simulator's 2 % C5 statuses give runs of ~20 messages), so decoding a 10,000-message
+    batch to land its first 20 was most of the call's fast-path time. Growing chunks keep
+    the all-plain case at ~1.3 decodes per message."""
+    limit = _FIRST_CHUNK
+    while True:
+        decoded = columnar.decode(values[:limit], codepage, cap)
+        if limit >= len(values) or not decoded.plain.all():
+            return decoded
+        limit *= 4
 
 
 def _fingerprints(d: columnar.Transactions, count: int) -> list[int]:

@@ -195,3 +195,22 @@ def test_the_state_function_gives_the_same_output_with_its_fast_path(encoding: s
                 outputs[fast] = (frame.to_dict("records"), group.blob, group.timeout_ms)
             assert outputs[True] == outputs[False], key
             states[key] = outputs[False][1]
+
+
+@pytest.mark.parametrize(("chunk", "c5_rate"), [(1, 0.0), (1, 0.2), (3, 0.05)])
+def test_decoding_in_growing_chunks_takes_the_same_messages(
+        chunk: int, c5_rate: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fast._decode_prefix`` from a tiny first chunk (1, 4, 16, … messages): the same rows,
+    state and fast-path share as the default chunk, statuses or not."""
+    import pipeline.reassembly.fast as fast_module
+
+    cuts = [1] + [40] * 20
+    overrides = {"sim": {"c5_rate": c5_rate}}
+    default_seen = _counting(monkeypatch)
+    default = _run(11, "mixed", 32768, 400, FaultPlan(), True, cuts, {}, overrides)
+    taken = default_seen["landed"]
+    monkeypatch.setattr(fast_module, "_FIRST_CHUNK", chunk)
+    seen = _counting(monkeypatch)
+    chunked = _run(11, "mixed", 32768, 400, FaultPlan(), True, cuts, {}, overrides)
+    _assert_same(default, chunked)
+    assert seen["landed"] == taken > 0
