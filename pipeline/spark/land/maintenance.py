@@ -36,6 +36,8 @@ _MIN_FILE = "spark.databricks.delta.optimize.minFileSize"
 _MAX_FILE = "spark.databricks.delta.optimize.maxFileSize"
 #: how many Spark tasks list a table's directories (VACUUM)
 _LISTING = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+#: off: VACUUM honours the retention it is given (see ``vacuum``)
+_HONOUR_RETENTION = "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled"
 
 
 def is_table(spark: SparkSession, path: str) -> bool:
@@ -78,11 +80,18 @@ def vacuum(spark: SparkSession, path: str, retention_hours: int) -> None:
     as many as ``spark.sql.sources.parallelPartitionDiscovery.parallelism`` (default 10,000,
     delta-spark ``VacuumCommand``). Each of its listing stages then runs 10,000 tasks however
     small the table: on a 2-core driver a 36-file table took 60-70 s to vacuum, 10 s with the
-    cores' count. A few tasks per core keeps a big lake's listing parallel."""
+    cores' count. A few tasks per core keeps a big lake's listing parallel.
+
+    Why the retention switch: delta-spark 4.4 ignores VACUUM's retention argument (anything
+    but 0 hours) and deletes by the table's ``delta.deletedFileRetentionDuration`` instead
+    (``spark.databricks.delta.vacuum.retentionWindowIgnore.enabled``, on by default; it only
+    logs a warning). Our retention is never shorter than that property but may be longer
+    (``maintenance.vacuum_retention_hours``, ``commit_wait_hours``): ignored, a direct-writer
+    file still waiting for its commit could be deleted."""
     from delta.tables import DeltaTable
 
     tasks = max(2, 4 * spark.sparkContext.defaultParallelism)
-    with _session_conf(spark, {_LISTING: str(min(tasks, 10_000))}):
+    with _session_conf(spark, {_LISTING: str(min(tasks, 10_000)), _HONOUR_RETENTION: "false"}):
         DeltaTable.forPath(spark, path).vacuum(float(retention_hours))
 
 
