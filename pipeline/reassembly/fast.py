@@ -91,13 +91,13 @@ def easy_state(state: KeyState | None) -> bool:
 
 def fast_step(state: KeyState | None, items: Sequence[Incoming], now_ms: int,
               config: ReassemblyConfig, key: tuple[str, str], codepage: str) -> FastResult:
-    """Take the leading easy items of a key's batch (Kafka order); see the module doc."""
+    """Take the leading easy items of a key's batch (Kafka order) into a clone of
+    ``state``; see the module doc (``Resume`` takes them at any position)."""
     if not items or not easy_state(state) or items[0].value is None:
         return FastResult(state, 0, None, 0)
-    decoded, index, _ = _decode_prefix(items, codepage, config.max_buffered_bytes,
-                                       _FIRST_CHUNK)
     st = state.clone() if state is not None else KeyState()
-    return _take(st, state, items, decoded, index, now_ms, config, key)
+    taken = Resume(items, now_ms, config, key, codepage).take(st, 0)
+    return taken if taken.consumed else FastResult(state, 0, None, 0)
 
 
 class Resume:
