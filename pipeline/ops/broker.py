@@ -272,6 +272,22 @@ def _create(settings: Settings, admin: Any, topics: list[str], remade: set[str],
                 "`python -m pipeline.ops.broker start` again")
         if pending:
             time.sleep(0.5)
+    _wait_visible(admin, topics, deadline)
+
+
+def _wait_visible(admin: Any, topics: list[str], deadline: float) -> None:
+    """Until every topic made is in the broker's metadata. Why: a created topic's future
+    resolves once the controller took it; the broker's metadata (what the job's start check,
+    `urbpipe status` and the Kafka source read) may lag behind, and a topic just made again
+    with one partition was then missing from the listing right after `broker start`."""
+    missing = list(topics)
+    while missing:
+        listed = partition_counts(admin.list_topics(timeout=10))
+        missing = [t for t in missing if t not in listed]
+        if missing and time.monotonic() > deadline:
+            raise BrokerError(f"topics {', '.join(missing)} made but not listed by the broker")
+        if missing:
+            time.sleep(0.2)
 
 
 def ensure_topics(settings: Settings) -> str:
