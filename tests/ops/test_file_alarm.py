@@ -33,3 +33,33 @@ def test_a_restart_repeats_the_days_key_so_consumers_drop_the_repeat() -> None:
     one, two = FileAlarm(10, 60, 0), FileAlarm(10, 60, 0)
     assert ([a["idempotency_key"] for a in one.alerts({"t": 11}, NOON)]
             == [a["idempotency_key"] for a in two.alerts({"t": 99}, NOON + 60_000)])
+
+
+def test_the_watchs_alerts_go_out_as_the_jobs_other_alerts(monkeypatch) -> None:
+    """FileWatch sends through kafka_out.send_requests_and_alerts: topics.alerts, keyed and
+    headed by the idempotency key, the details as JSON."""
+    import json
+
+    import pipeline.spark.land.kafka_out as kafka_out
+    from pipeline.config import load_settings
+    from pipeline.spark.land.file_watch import FileWatch
+
+    sent: list[tuple] = []
+
+    class FakeOut:
+        def __init__(self, settings) -> None:
+            pass
+
+        def send(self, topic: str, key: str, value: bytes, headers: dict) -> None:
+            sent.append((topic, key, json.loads(value), headers))
+
+        def flush(self) -> None:
+            sent.append("flush")
+
+    monkeypatch.setattr(kafka_out, "KafkaOut", FakeOut)
+    settings = load_settings("conf/test.yaml", env={})
+    alert = FileAlarm(10, 60, 0).alerts({"records": 11}, NOON)
+    FileWatch(settings, ["records"])._producer()(alert)
+    key = "table_files_high|records|2026-11-25"
+    assert sent == [(settings.topics.alerts, key, {**alert[0]},
+                     {"idempotency_key": key, "kind": KIND}), "flush"]

@@ -170,7 +170,7 @@ def test_the_file_watch_alerts_on_a_table_whose_files_pile_up(
         _append(spark, table_path(settings, "transactions"), n * 5)
     _append(spark, table_path(settings, "records"), 0)
     sent: list[dict] = []
-    step = FileWatch(settings, ["transactions", "records", "images"], send=sent.append)
+    step = FileWatch(settings, ["transactions", "records", "images"], send=sent.extend)
     batch = SimpleNamespace(session=spark, app_id="watch-test", batch_id=7)
     time.sleep(0.01)  # the first count is due one interval after the start
     counts = step.land(batch)  # type: ignore[arg-type]

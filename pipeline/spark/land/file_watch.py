@@ -31,8 +31,8 @@ log = logging.getLogger("urbpipe.file_watch")
 
 KIND = "table_files_high"
 
-#: sends one alert (a dict of the ``alerts`` table's columns) to ``topics.alerts``
-Send = Callable[[dict[str, Any]], None]
+#: sends alerts (dicts of the ``alerts`` table's columns) to ``topics.alerts``
+Send = Callable[[list[dict[str, Any]]], None]
 
 
 class FileAlarm:
@@ -120,22 +120,17 @@ class FileWatch:
                 for a in alerts]
         append_rows(batch.session, rows, "alerts", self._settings, f"{batch.app_id}-watch",
                     batch.batch_id)
-        send = self._send or self._producer()
-        for alert in alerts:
-            log.warning(json.dumps({"event": "alert", **alert}, default=str))
-            send(alert)
+        (self._send or self._producer())(alerts)
 
     def _producer(self) -> Send:
-        from pipeline.spark.land.kafka_out import KafkaOut
+        """The job's alert sending (``kafka_out.send_requests_and_alerts``: body, key,
+        headers, log line, flush), with its own producer, made at the first alert."""
+        from pipeline.spark.land.kafka_out import KafkaOut, send_requests_and_alerts
 
         out = KafkaOut(self._settings)
-        topic = self._settings.topics.alerts
 
-        def send(alert: dict[str, Any]) -> None:
-            body = json.dumps(alert, sort_keys=True, default=str).encode()
-            out.send(topic, alert["idempotency_key"], body,
-                     {"idempotency_key": alert["idempotency_key"], "kind": alert["kind"]})
-            out.flush()
+        def send(alerts: list[dict[str, Any]]) -> None:
+            send_requests_and_alerts(self._settings, out, [], alerts)
 
         self._send = send
         return send
