@@ -27,7 +27,7 @@ from pipeline.reassembly.events import (
     StatusReceived,
     TransactionComplete,
 )
-from pipeline.reassembly.machine import StepResult, step
+from pipeline.reassembly.machine import MachineRun, StepResult, step
 from pipeline.reassembly.rows import ElementRow
 from pipeline.reassembly.state import KeyState
 from pipeline.reassembly.tables import TABLES, events_to_rows, stck_to_datetime
@@ -47,6 +47,7 @@ __all__ = [
     "Inconsistent",
     "KeyState",
     "LostContinuation",
+    "MachineRun",
     "ReassemblyConfig",
     "RecordOut",
     "StatusReceived",

@@ -1,14 +1,20 @@
-"""The fast path: a key's leading run of plain messages landed column-wise, state handed on.
+"""The fast path: a key's runs of plain messages landed column-wise, the state changed as
+``step`` would.
 
 Why: most of a busy key's messages are the easy case — whole transactions, each the next
 tsnr, nothing flagged, no status — and for those ``step`` does nothing but land them. Here
 they are read by ``columnar.decode`` and landed as the transactions/records/images columns
 ``tables.transaction_columns`` makes, with the state changed exactly as ``step`` would
-change it; the rest of the batch then goes through ``step`` unchanged, from that state.
+change it; the other messages go through the machine, from that state.
 
-The hand-off is a prefix: items (messages and the decode stage's ticks, in Kafka order) are
-taken from the start while they are easy, and the first one that is not ends the fast path
-for the call — it and everything after it go to ``step``. An item is easy when:
+The hand-off goes both ways within one call (``state_stage.key_step``, ``Resume``): items
+(messages and the decode stage's ticks, in Kafka order) are taken while they are easy; the
+first one that is not goes to the machine (``machine.MachineRun``: one run per call, its
+timers once at the end), and the fast path is tried again after it, on the run's state. A
+real stream has a status or a continuation every few dozen messages (the simulator's 2 %
+C5 statuses: runs of ~20), so a fast path that ended at the first of them landed almost
+nothing. ``fast_step`` is the one-shot form: the leading easy items only. An item is easy
+when:
 
 - the key's state is easy: no open (partial) transaction, no open gap, nothing held. (Then
   ``step`` has no gap, hold, fill or partial business a message could touch, and timers it
@@ -30,6 +36,7 @@ paths to the same rows and state on simulated streams with every fault kind.
 
 from __future__ import annotations
 
+import bisect
 import struct
 import zlib
 from collections.abc import Sequence
@@ -84,14 +91,83 @@ def easy_state(state: KeyState | None) -> bool:
 
 def fast_step(state: KeyState | None, items: Sequence[Incoming], now_ms: int,
               config: ReassemblyConfig, key: tuple[str, str], codepage: str) -> FastResult:
-    """Take the leading easy items of a key's batch (Kafka order); see the module doc."""
-    nothing = FastResult(state, 0, None, 0)
+    """Take the leading easy items of a key's batch (Kafka order) into a clone of
+    ``state``; see the module doc (``Resume`` takes them at any position)."""
     if not items or not easy_state(state) or items[0].value is None:
-        return nothing
-    index = [i for i, item in enumerate(items) if item.value is not None]
-    decoded = _decode_prefix([items[i].value for i in index],  # type: ignore[misc]
-                             codepage, config.max_buffered_bytes)
+        return FastResult(state, 0, None, 0)
     st = state.clone() if state is not None else KeyState()
+    taken = Resume(items, now_ms, config, key, codepage).take(st, 0)
+    return taken if taken.consumed else FastResult(state, 0, None, 0)
+
+
+class Resume:
+    """The fast path over one call's items (Kafka order), tried at any position: at the
+    start and again after each message the machine takes (``state_stage.key_step``).
+
+    Why a class: a try decodes ahead (``_decode_prefix``: up to the first non-plain
+    message, or further), and what it decoded serves the later tries — plainness and every
+    field are a message's own (``columnar.Transactions.messages``) — so each message is
+    decoded about once, not once per try, and a message known not to be plain is not tried
+    at all. A decode has a fixed cost (~ what 30 messages cost), so re-decoding a 20-message
+    run at every status would cost more than it saves."""
+
+    def __init__(self, items: Sequence[Incoming], now_ms: int, config: ReassemblyConfig,
+                 key: tuple[str, str], codepage: str) -> None:
+        self._items, self._now, self._config = items, now_ms, config
+        self._key, self._codepage = key, codepage
+        self._decoded: columnar.Transactions | None = None
+        self._index: list[int] = []  # positions (in items) of the decoded messages
+        self._stops: list[int] = []  # those of them not plain, ascending
+        self._read = 0  # items[:_read] are decoded (the messages among them)
+        self._tries = 0
+
+    def take(self, state: KeyState, pos: int) -> FastResult:
+        """Land the easy items from ``pos`` on, changing ``state`` itself (the caller's
+        run's own copy: a clone per try would deep-copy the duplicate window each time);
+        nothing is changed unless something is taken."""
+        items = self._items
+        if pos >= len(items) or not easy_state(state) or items[pos].value is None:
+            return FastResult(state, 0, None, 0)
+        stop = self._next_stop(pos)
+        if stop == pos:
+            return FastResult(state, 0, None, 0)  # known not plain: the machine's
+        if (stop is None and self._read < len(items)) or pos >= self._read:
+            self._decode_from(pos)
+            stop = self._next_stop(pos)
+        first = bisect.bisect_left(self._index, pos)
+        last = bisect.bisect_right(self._index, stop) if stop is not None else len(self._index)
+        assert self._decoded is not None and self._index[first] == pos
+        decoded = self._decoded.messages(first, last)
+        index = [i - pos for i in self._index[first:last]]
+        return _take(state, state, items[pos:], decoded, index, self._now, self._config,
+                     self._key)
+
+    def _next_stop(self, pos: int) -> int | None:
+        """The first decoded non-plain message at or after ``pos``."""
+        i = bisect.bisect_left(self._stops, pos)
+        return self._stops[i] if i < len(self._stops) else None
+
+    def _decode_from(self, pos: int) -> None:
+        """Decode from ``pos`` up to a non-plain message (or the end), in growing chunks
+        (``_AHEAD_CHUNK`` first, after the call's first try: runs between statuses are
+        short, and what is decoded past the first stop serves the next tries)."""
+        self._tries += 1
+        first = _FIRST_CHUNK if self._tries == 1 else _AHEAD_CHUNK
+        decoded, index, walked = _decode_prefix(self._items[pos:], self._codepage,
+                                                self._config.max_buffered_bytes, first)
+        self._decoded = decoded
+        self._index = [pos + i for i in index]
+        self._stops = [self._index[i] for i in np.flatnonzero(~decoded.plain).tolist()]
+        self._read = pos + walked
+
+
+def _take(st: KeyState, given: KeyState | None, items: Sequence[Incoming],
+          decoded: columnar.Transactions, index: list[int], now_ms: int,
+          config: ReassemblyConfig, key: tuple[str, str]) -> FastResult:
+    """Land the leading plain, in-sequence messages of ``decoded`` (the messages at
+    ``index`` in ``items``, up to a non-plain one or the end of ``items``) into ``st``
+    (the state to change: ``given`` or its clone); ``given`` back when nothing is taken."""
+    nothing = FastResult(given, 0, None, 0)
     st.window.resize(config.duplicate_window)
     plain = int(np.argmin(decoded.plain)) if not decoded.plain.all() else len(index)
     ends = decoded.tx_end[:plain]
@@ -118,21 +194,36 @@ def fast_step(state: KeyState | None, items: Sequence[Incoming], now_ms: int,
 
 #: messages decoded first; the chunk grows fourfold while every message in it is plain
 _FIRST_CHUNK = 64
+#: messages decoded first by a later try of ``Resume``: a decode's fixed cost is worth
+#: ~30 messages', and what lies past the first stop is kept for the next tries
+_AHEAD_CHUNK = 256
 
 
-def _decode_prefix(values: list[bytes], codepage: str, cap: int) -> columnar.Transactions:
-    """The key's messages up to and including its first non-plain one (or all of them).
+def _decode_prefix(items: Sequence[Incoming], codepage: str, cap: int, first: int
+                   ) -> tuple[columnar.Transactions, list[int], int]:
+    """The key's messages up to and including its first non-plain one (or all of them),
+    their positions in ``items``, and how many items were read.
 
     Why not all at once: only the leading plain run is landed here, and on a real stream it
     is often short (a status, a continuation, a STRT every few dozen messages: the
     simulator's 2 % C5 statuses give runs of ~20 messages), so decoding a 10,000-message
     batch to land its first 20 was most of the call's fast-path time. Growing chunks keep
-    the all-plain case at ~1.3 decodes per message."""
-    limit = _FIRST_CHUNK
+    the all-plain case at ~1.3 decodes per message. The positions are gathered as far as
+    decoded, not over all ``items``: the fast path is tried again after every message the
+    machine takes."""
+    index: list[int] = []
+    values: list[bytes] = []
+    walked, limit = 0, first
     while True:
-        decoded = columnar.decode(values[:limit], codepage, cap)
-        if limit >= len(values) or not decoded.plain.all():
-            return decoded
+        while walked < len(items) and (len(index) < limit or items[walked].value is None):
+            value = items[walked].value
+            if value is not None:
+                index.append(walked)
+                values.append(value)
+            walked += 1
+        decoded = columnar.decode(values, codepage, cap)
+        if walked == len(items) or not decoded.plain.all():
+            return decoded, index, walked
         limit *= 4
 
 

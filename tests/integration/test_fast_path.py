@@ -9,17 +9,18 @@ any difference would also change what the runs read next.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import tests.integration.harness as harness
 from pipeline.sim import FaultPlan
 from pipeline.sim.faults import KINDS
-from pipeline.spark.engine.state_stage import KeyStep, state_function
+from pipeline.spark.engine.state_stage import STATS_TABLE, KeyStep, state_function
 from tests.integration.harness import (
     Harness,
     call_key,
@@ -42,18 +43,55 @@ def _run(seed: int, encoding: str, size: int, count: int, faults: FaultPlan, fas
                                     **overrides.get("machine", {}))
     h = Harness(rep, fast=fast, config=reassembly, **options)
     h.feed(out)
-    h.run(cuts)
+    try:
+        h.run(cuts)
+    except AssertionError as exc:  # both runs' first 500 batches are still compared
+        if "did not settle" not in str(exc):
+            raise
+        h.unsettled = True  # type: ignore[attr-defined]
     return h
 
 
+#: Tables compared as multisets: the fast path's transactions of a call come ahead of the
+#: machine's (it resumes between the machine's messages, so a call's landed transactions
+#: interleave), and a Delta table has no row order. Every other table — quarantine, gaps,
+#: statuses, the tsnr-0 initial-state rows the typed stage matches by occurrence (never
+#: plain, so never on the fast path) — is compared in order.
+UNORDERED = frozenset({"transactions", "records", "images"})
+
+
 def _assert_same(slow: Harness, fast: Harness) -> None:
+    assert getattr(fast, "unsettled", False) == getattr(slow, "unsettled", False)
     assert len(fast.batches) == len(slow.batches)
     for a, b in zip(slow.batches, fast.batches, strict=True):
         assert b.calls == a.calls, a.batch_id
         for table, rows in a.tables.items():
-            assert b.tables.get(table, []) == rows, (a.batch_id, table)
+            got = b.tables.get(table, [])
+            if table in UNORDERED:
+                assert sorted(map(repr, got)) == sorted(map(repr, rows)), (a.batch_id, table)
+            else:
+                assert got == rows, (a.batch_id, table)
         assert b.checkpoint == a.checkpoint, a.batch_id
     assert fast.requests_sent == slow.requests_sent
+
+
+def _ordered(tables: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """``tables`` with the ``UNORDERED`` tables' rows in one canonical order."""
+    return {table: sorted(rows, key=repr) if table in UNORDERED else rows
+            for table, rows in tables.items()}
+
+
+def _output(frame: Any) -> list[Any]:
+    """A state call's output frame, its ``UNORDERED`` tables' rows (and the metrics row's
+    latency times, one per landed transaction) in one canonical order; the rest as given."""
+    rows = frame.to_dict("records")
+    for row in rows:
+        if row["table"] == STATS_TABLE:
+            stats = json.loads(row["json"])
+            stats["times_us"].sort()
+            row["json"] = json.dumps(stats, sort_keys=True)
+    return ([r for r in rows if r["table"] not in UNORDERED]
+            + sorted((r for r in rows if r["table"] in UNORDERED), key=repr))
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
@@ -84,6 +122,11 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
        # past the harness's 500 batches (seed 467), which says nothing of the fast path
        machine=st.sampled_from([{}, {"duplicate_window": 4}, {"max_buffered_bytes": 3000},
                                 {"stat_interval_ms": 60_000}, {"partial_timeout_ms": 1}]))
+# step alone never settles here (a timer stays armed past the harness's 500 batches, at
+# fc84bc3 too): the runs are compared over those batches
+@example(seed=635, encoding="ebcdic", size=SMALLEST_MESSAGE, count=5,
+         faults={kind: int(kind == "corrupt") for kind in KINDS}, wrap=False, cuts=[],
+         shuffle=0, frame_rows=3, c5_rate=0.0, machine={"stat_interval_ms": 60_000})
 def test_fast_path_gives_what_step_alone_gives(seed: int, encoding: str, size: int,
                                                count: int, faults: dict[str, int], wrap: bool,
                                                cuts: list[int], shuffle: int,
@@ -113,6 +156,24 @@ def test_clean_batches_go_the_fast_way(encoding: str,
     assert seen["landed"] >= 0.8 * landed
 
 
+@pytest.mark.parametrize("encoding", ["ebcdic", "mixed"])
+def test_the_fast_path_resumes_after_statuses(encoding: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A status every few messages (C5 rate 0.2: plain runs of ~4 messages) no longer sends
+    the rest of the call to ``step``: the fast path resumes after each message the machine
+    takes, and lands most transactions — the same rows and state as ``step`` alone."""
+    seen = _counting(monkeypatch)
+    cuts = [1] + [40] * 20
+    overrides = {"sim": {"c5_rate": 0.2}}
+    slow = _run(13, encoding, 32768, 400, FaultPlan(), False, cuts, {}, overrides)
+    fast = _run(13, encoding, 32768, 400, FaultPlan(), True, cuts, {}, overrides)
+    _assert_same(slow, fast)
+    landed = len(fast.tables["transactions"])
+    assert landed >= 400
+    assert len(fast.tables["status_events"]) > 0.1 * landed
+    assert seen["landed"] >= 0.7 * landed
+
+
 @FAST_SETTINGS
 @given(seed=st.integers(0, 1000), encoding=st.sampled_from(["ebcdic", "ascii"]),
        damage=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 1 << 20),
@@ -140,7 +201,8 @@ def test_damaged_bytes_never_slip_through(seed: int, encoding: str,
             blob = states.get(key)
             slow = call_key(blob, frames[key], h.now_ms, h.config, key, h.decoder)
             fast = call_key(blob, frames[key], h.now_ms, h.config, key, h.decoder, fast=True)
-            assert fast[:3] == slow[:3], key
+            assert fast[:2] == slow[:2], key
+            assert _ordered(fast[2]) == _ordered(slow[2]), key
             states[key] = slow[0]
 
 
@@ -192,7 +254,7 @@ def test_the_state_function_gives_the_same_output_with_its_fast_path(encoding: s
             for fast, fn in calls.items():
                 group = _GroupState(states.get(key), now)
                 (frame,) = fn(("0", *key), iter(frames[key]), group)
-                outputs[fast] = (frame.to_dict("records"), group.blob, group.timeout_ms)
+                outputs[fast] = (_output(frame), group.blob, group.timeout_ms)
             assert outputs[True] == outputs[False], key
             states[key] = outputs[False][1]
 
@@ -200,8 +262,9 @@ def test_the_state_function_gives_the_same_output_with_its_fast_path(encoding: s
 @pytest.mark.parametrize(("chunk", "c5_rate"), [(1, 0.0), (1, 0.2), (3, 0.05)])
 def test_decoding_in_growing_chunks_takes_the_same_messages(
         chunk: int, c5_rate: float, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``fast._decode_prefix`` from a tiny first chunk (1, 4, 16, … messages): the same rows,
-    state and fast-path share as the default chunk, statuses or not."""
+    """``fast._decode_prefix`` from a tiny first chunk (1, 4, 16, … messages), at the call's
+    first try and at later ones (``Resume``): the same rows, state and fast-path share as
+    the default chunks, statuses or not."""
     import pipeline.reassembly.fast as fast_module
 
     cuts = [1] + [40] * 20
@@ -210,7 +273,57 @@ def test_decoding_in_growing_chunks_takes_the_same_messages(
     default = _run(11, "mixed", 32768, 400, FaultPlan(), True, cuts, {}, overrides)
     taken = default_seen["landed"]
     monkeypatch.setattr(fast_module, "_FIRST_CHUNK", chunk)
+    monkeypatch.setattr(fast_module, "_AHEAD_CHUNK", chunk)
     seen = _counting(monkeypatch)
     chunked = _run(11, "mixed", 32768, 400, FaultPlan(), True, cuts, {}, overrides)
     _assert_same(default, chunked)
     assert seen["landed"] == taken > 0
+
+
+def test_flag_columns_read_y_as_the_element_decoder_does() -> None:
+    """``columnar``'s one-byte flags (built with numpy, once per decode): True exactly where
+    the field's text, as ``ElementRow.flag`` reads it, is 'Y' — in every code page."""
+    import numpy as np
+
+    from pipeline.reassembly.columnar import _Chars
+    from pipeline.urb.codepages import LATIN1_TABLES
+
+    for table in [bytes(range(256)), *LATIN1_TABLES.values()]:
+        chars = _Chars(table)
+        text = np.array([[chars.text(bytes([b]), e).upper() == "Y" for b in range(256)]
+                         for e in (False, True)])
+        assert (chars._flags == text).all()
+
+
+def test_a_slice_of_a_decode_is_the_decode_of_the_slice() -> None:
+    """``columnar.Transactions.messages``, which ``fast.Resume`` lands from: every field as
+    ``decode`` of just those messages gives it (statuses among them, empty slices too)."""
+    import random
+
+    import numpy as np
+
+    from pipeline.reassembly import columnar
+
+    rep, out, _ = simulate(sim_config("mixed", max_message_size=4096, c5_rate=0.2), 60, seed=3)
+    h = Harness(rep)
+    h.feed(out)
+    values = [r.value for r in h.unread]
+    codepage, cap = h.decoder.codepage, h.config.max_buffered_bytes
+    whole = columnar.decode(values, codepage, cap)
+    assert not whole.plain.all()
+    rng = random.Random(1)
+    for _ in range(60):
+        start = rng.randrange(len(values) + 1)
+        stop = rng.randrange(start, len(values) + 1)
+        got, want = whole.messages(start, stop), columnar.decode(values[start:stop], codepage,
+                                                                  cap)
+        for name in want.__dataclass_fields__:
+            a, b = getattr(got, name), getattr(want, name)
+            if isinstance(b, dict):
+                assert a.keys() == b.keys(), name
+                for k in b:
+                    assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), (name, k)
+            elif isinstance(b, np.ndarray):
+                assert a.dtype == b.dtype and np.array_equal(a, b), name
+            else:
+                assert list(a) == list(b), name

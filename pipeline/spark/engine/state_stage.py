@@ -8,9 +8,10 @@ as JSON, and its one binary column (image payload, status data, quarantined byte
 the JSON. The batch writer (``pipeline.spark.land``) parses each table's rows with its declared
 schema.
 
-With ``stream.fast_path`` (on by default) a key's leading run of plain messages skips the
-element decode and ``step``: ``key_step`` hands them to ``pipeline.reassembly.fast``, which
-lands them column-wise and passes the key's state on to ``step`` for the rest of the call.
+With ``stream.fast_path`` (on by default) a key's runs of plain messages skip the element
+decode and the machine: ``key_step`` hands them to ``pipeline.reassembly.fast``, which lands
+them column-wise and changes the key's state as ``step`` would, between the messages the
+machine takes (one ``MachineRun`` per call, its timers once at the end).
 
 Determinism matters for exactly-once: ``now`` is the batch's processing time from Spark (stored
 in the offset log, so a replayed batch sees the same value), never the wall clock.
@@ -27,9 +28,9 @@ from typing import Any
 import orjson
 import pandas as pd
 
-from pipeline.reassembly import KeyState, ReassemblyConfig, StepResult, step
+from pipeline.reassembly import KeyState, MachineRun, ReassemblyConfig, StepResult, step
 from pipeline.reassembly.events import TransactionComplete
-from pipeline.reassembly.fast import Incoming, fast_step
+from pipeline.reassembly.fast import Incoming, Resume
 from pipeline.reassembly.rows import ElementRow
 from pipeline.reassembly.tables import (
     Columns,
@@ -125,43 +126,92 @@ class KeyStep:
 def key_step(current: KeyState | None, frames: Iterable[pd.DataFrame], now_ms: int,
              config: ReassemblyConfig, key: tuple[str, str], decoder: RecordDecoder,
              fast: bool = True) -> KeyStep:
-    """Decode a key's rows and run the machine: with ``fast``, the leading run of easy
-    messages (and ticks) through the fast path, the rest through ``step`` from the state it
-    hands on — the same rows and state as ``step`` alone (tests/integration/test_fast_path.py).
+    """Decode a key's rows and run the machine: with ``fast``, every run of easy messages
+    (and ticks) through the fast path, the rest through one machine run
+    (``MachineRun``) — the same rows and state as ``step`` alone
+    (tests/integration/test_fast_path.py).
 
-    The rest keeps its given order, so quarantine rows come in the order ``step`` alone
-    gives them."""
+    The fast path is tried at the start and again after every message the machine takes
+    while the state is easy (no partial, gap or hold): a status every few dozen messages
+    then costs one message on the machine, not the rest of the call. Items the fast path
+    cannot read (``_fast_items``) and everything after them go to the machine; timers run
+    once, at the end. The fast path's transactions come ahead of the events' in the
+    transactions/records/images tables (row order there differs from ``step`` alone's;
+    Delta tables have none); quarantine rows keep the order ``step`` alone gives them."""
     frames = list(frames)
-    landed = None
     if not fast:
         elements, rejected = split_frames(frames, decoder)
-        return KeyStep(step(current, elements, now_ms, config, key), landed, rejected)
-    # columns, not row dicts: only the rows left to ``step`` become dicts
-    cols = {name: [v for pdf in frames for v in pdf[name].tolist()] for name in _FAST_COLUMNS}
-    rows = list(zip(*(cols[name] for name in _FAST_COLUMNS), strict=True))
+        return KeyStep(step(current, elements, now_ms, config, key), None, rejected)
+    names = [name for pdf in frames[:1] for name in pdf.columns]
+    # columns, not row dicts: only the rows left to the machine become dicts
+    cols = {name: [v for pdf in frames for v in pdf[name].tolist()] for name in names}
+    rows = list(zip(*(cols[name] for name in _FAST_COLUMNS), strict=True)) if names else []
     order = sorted(range(len(rows)), key=lambda i: _kafka_order(rows[i]))
     items = _fast_items([rows[i] for i in order])
-    taken = fast_step(current, items, now_ms, config, key, decoder.codepage)
-    skip = set(order[:taken.consumed])
-    if taken.consumed:
-        current, landed = taken.state, taken.columns
-    rest = [i for i in range(len(rows)) if i not in skip]
-    names = [name for pdf in frames[:1] for name in pdf.columns]
-    records = [dict(zip(names, row, strict=True))
-               for row in _rows(frames, names, rest)] if rest else []
-    elements, rejected = split_records(records, decoder)
-    return KeyStep(step(current, elements, now_ms, config, key), landed, rejected)
+    run = MachineRun(current, now_ms, config, key)
+    machine = _MachineFeed(run, cols, names, decoder)
+    fast_path = Resume(items, now_ms, config, key, decoder.codepage)
+    landed: list[Columns] = []
+    pos = 0
+    while pos < len(items):
+        taken = fast_path.take(run.state, pos)
+        if taken.consumed:
+            assert taken.state is not None and taken.columns is not None
+            run.replace_state(taken.state)
+            landed.append(taken.columns)
+            pos += taken.consumed
+            continue
+        end = pos + 1  # the message, and the ticks after it (the fast path starts at one)
+        while end < len(items) and items[end].value is None:
+            end += 1
+        machine.feed(order[pos:end])
+        pos = end
+    machine.feed(order[len(items):])
+    return KeyStep(run.finish(), _joined(landed), machine.rejected())
+
+
+def _joined(segments: list[Columns]) -> Columns | None:
+    """The fast path's landed columns of one call, segment after segment (None: none)."""
+    if not segments:
+        return None
+    out = {table: {name: list(values) for name, values in cols.items()}
+           for table, cols in segments[0].items()}
+    for columns in segments[1:]:
+        for table, cols in columns.items():
+            for name, values in cols.items():
+                out[table][name].extend(values)
+    return out
+
+
+class _MachineFeed:
+    """The rows ``key_step`` leaves to the machine: decoded into elements and fed to the
+    run, their codec rejections kept by row position (``rejected``: in the order of the
+    rows given, as ``split_frames`` gives them to ``step`` alone)."""
+
+    def __init__(self, run: MachineRun, cols: dict[str, list[Any]], names: list[str],
+                 decoder: RecordDecoder) -> None:
+        self._run, self._cols, self._names, self._decoder = run, cols, names, decoder
+        self._rejected: list[tuple[int, list[dict[str, Any]]]] = []
+
+    def feed(self, positions: list[int]) -> None:
+        """The rows at ``positions`` (of all frames, in order), fed to the run at once."""
+        if not positions:
+            return
+        elements: list[ElementRow] = []
+        for i in positions:
+            record = {name: self._cols[name][i] for name in self._names}
+            e, r = split_records([record], self._decoder)
+            elements.extend(e)
+            if r:
+                self._rejected.append((i, r))
+        self._run.feed(elements)
+
+    def rejected(self) -> list[dict[str, Any]]:
+        return [row for _, rows in sorted(self._rejected, key=lambda p: p[0]) for row in rows]
 
 
 #: The decode stage's columns the fast path reads, in this order.
 _FAST_COLUMNS = ("topic", "partition", "offset", "part", "error", "value")
-
-
-def _rows(frames: list[pd.DataFrame], names: list[str], keep: list[int]
-          ) -> list[tuple[Any, ...]]:
-    """The rows at positions ``keep`` (over all frames, in order), every column."""
-    frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-    return list(frame.iloc[keep][names].itertuples(index=False, name=None))
 
 
 def _kafka_order(row: tuple[Any, ...]) -> tuple[int, int, str, bool]:
