@@ -315,6 +315,29 @@ def test_the_kafka_sink_holds_a_stalled_delivery_for_its_delay(monkeypatch) -> N
                       ("produce", None)]
 
 
+def test_the_kafka_sink_keeps_the_order_it_sends_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sink's producer is idempotent: librdkafka then never writes a retried batch
+    after a later one. Without it bench run 20261126-034430's topic held the STRT and the
+    first four data messages (URBHMSNR 1-5) at offsets 37-41, after 6-42, and the job lost
+    their 34 transactions as redeliveries (tests/integration/test_fast_path.py,
+    ``test_a_topic_whose_first_messages_were_written_late_loses_them_on_both_paths``)."""
+    import confluent_kafka
+
+    from pipeline.sim import sinks
+
+    confs: list[dict] = []
+
+    class Producer:
+        def __init__(self, conf: dict) -> None:
+            confs.append(conf)
+
+    monkeypatch.setattr(confluent_kafka, "Producer", Producer)
+    sinks.KafkaSink("nowhere:9092")
+    sinks.KafkaSink("nowhere:9092", **{"security.protocol": "SSL"})
+    assert [c["enable.idempotence"] for c in confs] == [True, True]
+    assert confs[1]["security.protocol"] == "SSL"
+
+
 # -- multi-file initial state ----------------------------------------------------------------
 
 
