@@ -160,6 +160,16 @@ def classify(tsnr: int, fp: int | None, commit: int, flagged: bool,
     back, is a REDELIVERY — never a restart and never a gap. Only a tsnr going back with a
     *newer* commit time is a restart.
 
+    The rule also assumes the transport keeps the order the replicator sent in, within a
+    partition: an MQ queue is FIFO, and Kafka keeps a producer's order when retries cannot
+    overtake (``enable.idempotence`` or ``max.in.flight.requests.per.connection=1``). Kafka
+    Connect's producers run without idempotence unless told (KAFKA-13759), librdkafka's too:
+    a retried batch can be written after later ones, and its transactions then arrive
+    "committed before the newest placed" and are kept in ``duplicates`` as redelivered, not
+    landed — tests/integration/test_fast_path.py
+    ``test_a_topic_whose_first_messages_were_written_late_loses_them_on_both_paths``
+    shows it; README "Transport" asks for the producer settings.
+
     Mistakes of this rule are on the safe side: a new transaction taken for a redelivery
     (two commits at the same STCK instant) leaves its tsnr missing, the next one opens a gap
     and the resend fills it. ``flagged`` (URBTRSND/URBTPTRN) never starts an epoch. A commit
