@@ -89,9 +89,16 @@ class TsnrNotice:
     at_ms: int
 
 
+#: How a DuplicateDropped's reason begins when the transaction was never landed here: below
+#: the first tsnr placed in its epoch (``machine.Machine._drop_reason``); it is an alert too.
+UNPLACED = "never landed"
+
+
 @dataclass(frozen=True, slots=True)
 class DuplicateDropped(TsnrNotice):
-    """A transaction (or a continuation message of one) already landed; dropped, counted."""
+    """A transaction (or a continuation message of one) already landed; dropped, counted.
+    A reason beginning with :data:`UNPLACED` is one the job cannot tell from a copy but never
+    landed (an out-of-order topic): kept, counted, and alerted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +176,25 @@ class MessagesMissing(GapEvent):
     """URBHMSNR of a destination skipped ``from_tsnr``..``to_tsnr`` (message numbers, in the
     ``tsnr`` columns): those messages never arrived. Status-only messages (DEAC, LOST, AUTI,
     INST/CMPL …) have no tsnr, so this is the only trace of their loss."""
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesUnseen:
+    """URBHMSNR ``first``..``last`` of a destination arrived below ``low``, every number the
+    job had read of this numbering (``numbering.Numbering.unseen_before``): written out of
+    order, or delivered again from before the job's first message. Transactions in them are
+    kept in ``duplicates`` as redelivered and not landed; the operator is told."""
+
+    subscription: str
+    destination: str
+    epoch: int
+    first: int
+    last: int
+    low: int
+    topic: str
+    partition: int
+    offset: int
+    at_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,7 +404,8 @@ class LayoutRejected(GfftEvent):
 
 Event = (
     TransactionComplete | DuplicateDropped | GapOpened | GapRequested | GapFilled
-    | GapUnrecoverable | GapFilledLate | MessagesMissing | LostContinuation | EpochStarted
+    | GapUnrecoverable | GapFilledLate | MessagesMissing | MessagesUnseen | LostContinuation
+    | EpochStarted
     | StatusReceived | BufferLimitExceeded | Inconsistent | InitialStateRequested
     | RequestRejected
     | InitialStateChanged | LayoutReceived | LayoutRejected | StormTripped | StormResumed

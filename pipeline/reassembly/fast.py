@@ -272,6 +272,8 @@ def _place(st: KeyState, d: columnar.Transactions, fps: list[int]) -> None:
     count = len(fps)
     tsnr = d.tx["urbttsnr"][:count].tolist()
     st.window.extend(list(zip(tsnr, fps, strict=True)))
+    if st.next_u is None:  # the key's first placement: its baseline (machine._advance)
+        st.base_u = tsnr[0]
     st.next_u = (st.next_u if st.next_u is not None else tsnr[0]) + count
     newest = int(d.tx["urbtttim"][:count].max())
     if newest:

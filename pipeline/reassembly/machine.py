@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from pipeline.reassembly import assembler, gaps, initial_state
 from pipeline.reassembly.config import ReassemblyConfig
 from pipeline.reassembly.events import (
+    UNPLACED,
     BufferLimitExceeded,
     DuplicateDropped,
     EpochStarted,
@@ -42,6 +43,7 @@ from pipeline.reassembly.events import (
     Inconsistent,
     LostContinuation,
     MessagesMissing,
+    MessagesUnseen,
     RequestRejected,
     StatRequested,
     StatusReceived,
@@ -306,7 +308,15 @@ class _Run:
 
     def _message_numbers(self, row: ElementRow) -> None:
         """A run of consecutive URBHMSNR on the destination (destination-wide key)."""
-        hole = self.st.numbering.on_run(row.num("first"), row.num("last"), row.num("htime"))
+        first, last, htime = row.num("first"), row.num("last"), row.num("htime")
+        low = self.st.numbering.low
+        if self.st.numbering.unseen_before(first, last, htime):
+            self.st.count("messages_unseen", last - first + 1)
+            self.events.append(MessagesUnseen(
+                subscription=self.subscription, destination=self.destination,
+                epoch=self.st.epoch, first=first, last=last, low=low or 0, topic=row.topic,
+                partition=row.partition, offset=row.offset, at_ms=self.now))
+        hole = self.st.numbering.on_run(first, last, htime)
         self._seen_sent(row.num("htime"))
         if hole is None:
             return
@@ -508,7 +518,7 @@ class _Run:
         if verdict in DROPPED and p.resend and self._late_fill_old_epoch(p):
             return
         if verdict in DROPPED:
-            self._duplicate(p.tsnr, _DROP_REASON[verdict], None, p)
+            self._duplicate(p.tsnr, self._drop_reason(verdict, u), None, p)
             return
         assert u is not None
         if verdict is Verdict.LATE_FILL:
@@ -581,6 +591,8 @@ class _Run:
             return
         start = u if verdict is Verdict.BASELINE else st.next_u
         assert start is not None
+        if verdict is Verdict.BASELINE:
+            st.base_u = u
         end = u if through else u - 1
         if end >= start:
             self._open_gap(start, end, reason, request)
@@ -605,6 +617,7 @@ class _Run:
             self._settle_all(gap, f"replicator restarted ({reason})")
         st.epoch += 1
         st.next_u, st.epoch_fresh, st.epoch_floor = 1, True, st.newest_commit
+        st.base_u = 1
         self.events.append(EpochStarted(
             subscription=self.subscription, destination=self.destination, epoch=st.epoch,
             reason=reason, previous_epoch=previous,
@@ -851,6 +864,17 @@ class _Run:
             offset=row.offset, elem_index=row.elem_index, at_ms=self.now, eye=row.eye,
             details=dict(row.fields)))
         self.st.count("inconsistent")
+
+    def _drop_reason(self, verdict: Verdict, u: int | None) -> str:
+        """Why a transaction is dropped. A "redelivery" below the epoch's first placed
+        position was never landed here: the topic is out of order or the connector delivered
+        again what came before the job's first message (``sequence.classify``'s order
+        assumption failed). It is still not landed — its commit time cannot tell it from a
+        copy — but :data:`UNPLACED` makes the duplicates row an alert."""
+        base = self.st.base_u
+        if verdict is Verdict.REDELIVERY and u is not None and base is not None and u < base:
+            return f"{UNPLACED}: below tsnr {to_tsnr(base)}, the first placed in this epoch"
+        return _DROP_REASON[verdict]
 
     def _duplicate(self, tsnr: int, reason: str, row: ElementRow | None,
                    p: assembler.Partial | None = None) -> None:

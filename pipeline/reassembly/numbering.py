@@ -32,6 +32,9 @@ class Numbering:
     next_msnr: int | None = None
     restarts: int = 0
     since: int = 0
+    #: the lowest URBHMSNR seen in this numbering: 1 once a STRT/REST began it, else the
+    #: first one the job read (a job started on a running destination)
+    low: int | None = None
 
     def on_run(self, first: int, last: int, htime: int = 0) -> tuple[int, int] | None:
         """Messages ``first``..``last`` (the newest sent at ``htime``) arrived in a row;
@@ -50,14 +53,34 @@ class Numbering:
             self.next_msnr = last + 1
         return hole
 
+    def unseen_before(self, first: int, last: int, htime: int = 0) -> bool:
+        """Messages ``first``..``last`` lie below every number this numbering showed the job:
+        the job never read them, so they are no redelivery of what it landed.
+
+        Either the topic is out of order (a producer without idempotence wrote a retried
+        batch after later ones, KAFKA-13759) or a connector delivered again messages from
+        before the job's first one. Their transactions are taken for redeliveries by the
+        commit-time rule (``sequence.classify``) and not landed: the caller tells the
+        operator. Call before :meth:`on_run`; a run reported once is not reported again.
+        """
+        if first <= 0 or (htime and htime < self.since):
+            return False
+        if self.low is None:
+            self.low = first
+            return False
+        unseen = last < self.low
+        self.low = min(self.low, first)
+        return unseen
+
     def restart(self, sent: int = 0) -> None:
         """STRT/REST sent at ``sent`` (STCK): numbering starts again at 1."""
         self.next_msnr = None
         self.restarts += 1
         self.since = max(self.since, sent)
+        self.low = 1
 
     def to_obj(self) -> list:
-        return [self.next_msnr, self.restarts, self.since]
+        return [self.next_msnr, self.restarts, self.since, self.low]
 
     @classmethod
     def from_obj(cls, obj: list | None) -> Numbering:

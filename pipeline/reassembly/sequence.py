@@ -165,10 +165,13 @@ def classify(tsnr: int, fp: int | None, commit: int, flagged: bool,
     overtake (``enable.idempotence`` or ``max.in.flight.requests.per.connection=1``). Kafka
     Connect's producers run without idempotence unless told (KAFKA-13759), librdkafka's too:
     a retried batch can be written after later ones, and its transactions then arrive
-    "committed before the newest placed" and are kept in ``duplicates`` as redelivered, not
-    landed — tests/integration/test_fast_path.py
-    ``test_a_topic_whose_first_messages_were_written_late_loses_them_on_both_paths``
-    shows it; README "Transport" asks for the producer settings.
+    "committed before the newest placed" and are kept in ``duplicates``, not landed. Mid-
+    stream such a late tsnr fills the gap its successor opened; below the first tsnr placed
+    in the epoch it cannot be told from a copy, so the machine marks it ``never landed`` and
+    alerts (``transaction_unplaced``; the destination's message numbers give
+    ``messages_unseen``) — tests/integration/test_fast_path.py
+    ``test_a_topic_whose_first_messages_were_written_late_loses_them_on_both_paths_and_tells``
+    shows it; README "How replicator output reaches Kafka" asks for the producer settings.
 
     Mistakes of this rule are on the safe side: a new transaction taken for a redelivery
     (two commits at the same STCK instant) leaves its tsnr missing, the next one opens a gap

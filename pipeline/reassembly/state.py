@@ -41,6 +41,9 @@ class KeyState:
 
     epoch: int = 0
     next_u: int | None = None      # unwrapped next expected tsnr; None before the first one
+    #: the first position placed in the epoch (1 after a restart; the first tsnr read when
+    #: the job began on a running subscription): a tsnr below it was never landed here
+    base_u: int | None = None
     epoch_fresh: bool = True       # nothing seen since the epoch began (a repeated STRT is a no-op)
     window: DupWindow = field(default_factory=lambda: DupWindow(DEFAULT_WINDOW))
     partial: Partial | None = None
@@ -82,6 +85,7 @@ class KeyState:
         blob = bytearray()
         doc = {
             "epoch": self.epoch, "next_u": self.next_u, "fresh": self.epoch_fresh,
+            "base": self.base_u,
             "wsize": self.window.size, "window": _put(blob, self.window.to_obj()),
             "partial": _partial_obj(self.partial, blob) if self.partial else None,
             "discard": self.discard, "gaps": [g.to_obj() for g in self.gaps],
@@ -109,6 +113,7 @@ class KeyState:
         partial = doc["partial"]
         return cls(
             epoch=doc["epoch"], next_u=doc["next_u"], epoch_fresh=doc["fresh"],
+            base_u=doc.get("base"),  # absent in states written before: no evidence
             window=DupWindow.from_obj(doc["wsize"], _get(blob, doc["window"])),
             partial=_partial_from(partial, blob) if partial else None,
             discard=doc["discard"], gaps=[Gap.from_obj(g) for g in doc["gaps"]],

@@ -42,6 +42,7 @@ from itertools import repeat
 
 from pipeline.payload import spark_ddl
 from pipeline.reassembly.events import (
+    UNPLACED,
     BufferLimitExceeded,
     DuplicateDropped,
     EpochStarted,
@@ -60,6 +61,7 @@ from pipeline.reassembly.events import (
     LayoutRejected,
     LostContinuation,
     MessagesMissing,
+    MessagesUnseen,
     RecordOut,
     RequestRejected,
     StatRequested,
@@ -324,7 +326,7 @@ def _rejected(e: RequestRejected, now_ms: int, out: Rows) -> None:
     _tsnr_alert(out, e, "request_rejected", f"TRAN request for tsnr {e.tsnr} rejected")
 
 
-def _tsnr_alert(out: Rows, e: LostContinuation | RequestRejected, kind: str,
+def _tsnr_alert(out: Rows, e: LostContinuation | RequestRejected | DuplicateDropped, kind: str,
                 what: str) -> None:
     """A critical alert about one tsnr seen at one Kafka position."""
     _alert(out, e, kind, "critical", f"{what}: {e.reason}",
@@ -348,6 +350,18 @@ def _resumed(e: StormResumed, now_ms: int, out: Rows) -> None:
            f"requests for {e.destination}/{e.subscription} resumed by {e.by or 'an operator'}"
            f" ({e.open_gaps} open gap(s) asked again)" + (f": {e.note}" if e.note else ""),
            str(e.at_ms), {"by": e.by, "note": e.note, "open_gaps": e.open_gaps})
+
+
+def _unseen(e: MessagesUnseen, now_ms: int, out: Rows) -> None:
+    _alert(out, e, "messages_unseen", "critical",
+           f"URBHMSNR {e.first}..{e.last} of destination {e.destination} arrived on {e.topic} "
+           f"(offset {e.offset}) below {e.low}, the lowest this job had read: the topic is out "
+           f"of order (a producer without idempotence?) or they were delivered again from "
+           f"before the job's first message; transactions in them were kept in duplicates "
+           f"as redelivered, not landed — land them from there",
+           f"{e.first}|{e.topic}|{e.partition}|{e.offset}",
+           {"first": e.first, "last": e.last, "low": e.low, "topic": e.topic,
+            "partition": e.partition, "offset": e.offset})
 
 
 def _epoch(e: EpochStarted, now_ms: int, out: Rows) -> None:
@@ -435,6 +449,11 @@ def _duplicate(e: DuplicateDropped, now_ms: int, out: Rows) -> None:
         **_names(e), "tsnr": e.tsnr, "reason": e.reason, "topic": e.topic,
         "partition": e.partition, "offset": e.offset, "dropped_at": ms_to_datetime(e.at_ms),
     })
+    if e.reason.startswith(UNPLACED):
+        _tsnr_alert(out, e, "transaction_unplaced",
+                    f"tsnr {e.tsnr} came after later ones — the topic is out of order (a "
+                    f"producer without idempotence?) or was delivered again from before the "
+                    f"job's first message; kept in duplicates, not landed: land it from there")
 
 
 def _alert(out: Rows, e: object, kind: str, severity: str, message: str, ident: str,
@@ -473,7 +492,8 @@ def _jsonable(value: object) -> object:
 _CLOCKED: dict[type, Callable[..., None]] = {StatusReceived: _status, LayoutReceived: _layout}
 _HANDLERS: dict[type, Callable[..., None]] = {
     GapEvent: _gap, LostContinuation: _lost,
-    EpochStarted: _epoch, StatusReceived: _status, BufferLimitExceeded: _buffer,
+    EpochStarted: _epoch, MessagesUnseen: _unseen, StatusReceived: _status,
+    BufferLimitExceeded: _buffer,
     Inconsistent: _inconsistent, DuplicateDropped: _duplicate,
     InitialStateRequested: _inst_requested, InitialStateChanged: _inst_changed,
     LayoutReceived: _layout, LayoutRejected: _layout_rejected, StatRequested: _stat_requested,

@@ -15,6 +15,7 @@ from pipeline.reassembly.events import (
     GapUnrecoverable,
     LostContinuation,
     MessagesMissing,
+    MessagesUnseen,
     StatRequested,
     StatusReceived,
     StormResumed,
@@ -160,6 +161,29 @@ def test_a_hole_in_the_destination_s_message_numbers_is_a_messages_gap() -> None
     assert only(h.feed([run_row(feed, 15, 18)]), MessagesMissing) == [], "a redelivery"
     events = h.feed([*statuses(feed, status("STRT", snam="")), run_row(feed, 1, 3)])
     assert only(events, MessagesMissing) == [], "numbering restarts at STRT"
+
+
+def test_messages_below_all_the_job_read_are_told_to_the_operator_once() -> None:
+    """A producer without idempotence can write a retried batch after later ones; the job,
+    which read 6..42 first, then meets 1..5: below every number it had read, so it never
+    landed them (the commit-time rule keeps their transactions in duplicates). A critical
+    alert names them; the same run again is not told twice, a redelivery of numbers the job
+    read is no alert, and after a STRT (numbering from 1) nothing is below."""
+    h = Harness(CFG, key=(DEST, ""))  # the destination-wide key reads the message numbers
+    feed = Feed()
+    assert only(h.feed([run_row(feed, 6, 42)]), MessagesUnseen) == []
+    events = h.feed([run_row(feed, 1, 5)])
+    [late] = only(events, MessagesUnseen)
+    assert (late.first, late.last, late.low) == (1, 5, 6)
+    assert only(events, MessagesMissing) == [], "no hole either"
+    [alert] = events_to_rows(events, 0)["alerts"]
+    assert (alert["kind"], alert["severity"]) == ("messages_unseen", "critical")
+    assert "URBHMSNR 1..5" in alert["message"] and "duplicates" in alert["message"]
+    assert only(h.feed([run_row(feed, 1, 5)]), MessagesUnseen) == [], "told once"
+    assert only(h.feed([run_row(feed, 10, 30)]), MessagesUnseen) == [], "read before"
+    fresh = Harness(CFG, key=(DEST, ""))
+    assert only(fresh.feed([*statuses(feed, status("STRT", snam="")),
+                            run_row(feed, 4, 9), run_row(feed, 1, 3)]), MessagesUnseen) == []
 
 
 def test_a_redelivery_from_before_a_restart_is_no_hole_in_the_new_numbering() -> None:

@@ -320,7 +320,7 @@ def test_the_kafka_sink_keeps_the_order_it_sends_in(monkeypatch: pytest.MonkeyPa
     after a later one. Without it bench run 20261126-034430's topic held the STRT and the
     first four data messages (URBHMSNR 1-5) at offsets 37-41, after 6-42, and the job lost
     their 34 transactions as redeliveries (tests/integration/test_fast_path.py,
-    ``test_a_topic_whose_first_messages_were_written_late_loses_them_on_both_paths``)."""
+    ``test_a_topic_whose_first_messages_were_written_late_loses_them_on_both_paths_and_tells``)."""
     import confluent_kafka
 
     from pipeline.sim import sinks
