@@ -131,3 +131,15 @@ def test_the_redaction_regex_covers_the_kafka_secrets() -> None:
         assert regex.search(key), key
     for key in ("kafka.bootstrap.servers", "kafka.ssl.truststore.location", "spark.master"):
         assert not regex.search(key), key
+
+
+def test_conf_java_options_reach_the_driver_and_keep_derby_s_home(tmp_path: Path) -> None:
+    conf = tmp_path / "c.yaml"
+    conf.write_text("spark:\n  conf:\n    spark.driver.extraJavaOptions: -XX:+UseParallelGC\n")
+    settings = load_settings(conf, env={})
+    options = session_conf(settings, jars=False)["spark.driver.extraJavaOptions"].split()
+    assert options[0] == "-XX:+UseParallelGC"
+    assert options[1:] == [f"-Dderby.system.home={settings.location('.run')}"]
+    (tmp_path / "plain.yaml").write_text("spark:\n  conf: {}\n")
+    plain = session_conf(load_settings(tmp_path / "plain.yaml", env={}), jars=False)
+    assert plain["spark.driver.extraJavaOptions"].split() == options[1:]

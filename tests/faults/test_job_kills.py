@@ -6,10 +6,21 @@ batch the previous kill interrupted, while the job is still starting, and just a
 commit. Every restart resumes from the checkpoint; in the end each transaction the simulator
 generated is in Delta exactly once, and nothing else landed. The last run is stopped with
 SIGTERM, which must end it cleanly (exit code 0).
+
+``urbpipe maintain`` runs twice in the same story (one test, to share its five JVM starts):
+after the first kill, with the killed batch's files written and not committed — the replay
+commits exactly those files (the direct writer's ``FILES_TABLE`` rows are recomputed, the
+same names), so VACUUM must leave every file younger than its retention — and beside the
+last run, compacting while the job appends and MERGEs. maintain runs here, in-process, on the
+suite's shared Spark session; the job in its own JVM: two JVMs, as in production. The final
+contents are read with deltalake, which would fail on a file the log names and VACUUM deleted.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -17,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Settings
+from pipeline.ops.cli import main
 from tests.faults.helpers import (
     Job,
     PacedLoad,
@@ -33,6 +45,11 @@ pytestmark = [pytest.mark.faults, pytest.mark.e2e, pytest.mark.slow,
               pytest.mark.timeout(1800)]  # five JVM starts: minutes each on a shared machine
 
 START_S = 420.0  # JVM + Spark + first batch: minutes when the 2-core machine is shared
+DIRECT = ("transactions", "records", "images")  # the direct writer's: maintain compacts them
+#: what each maintain run takes on: the bulk tables (compacted), and gaps, which the job
+#: MERGEs every batch and Delta auto-compacts (vacuumed and checkpointed). All of the job's
+#: tables took 11 min on the shared 2-core machine; these show the same races.
+TABLES = (*DIRECT, "status_events", "gaps")
 
 
 def _mid_batch(ck: Path) -> bool:
@@ -55,7 +72,26 @@ def _partly_written(ck: Path, lake: Path, planned: dict[int, int]) -> bool:
     return _delta_commits(lake) > seen
 
 
-def test_kill9_repeatedly_under_steady_load_then_exact_rows(kafka_bootstrap: str,
+def _maintain(conf: Path, tables: tuple[str, ...] = TABLES) -> tuple[int, list[str]]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["maintain", "--conf-file", str(conf), "--tables", ",".join(tables)])
+    return code, out.getvalue().splitlines()
+
+
+def _on_disk(settings: Settings) -> set[Path]:
+    """Every data file in the direct tables' folders, committed or not."""
+    lake = Path(settings.stream.lake_dir)
+    return {p for t in DIRECT for p in (lake / t).rglob("*.parquet")}
+
+
+def _compacted(lines: list[str]) -> dict[str, tuple[int, int]]:
+    """table → (files before, after) from maintain's summary lines."""
+    found = (re.match(r"(\w+): (\d+) → (\d+) files", s) for s in lines)
+    return {m[1]: (int(m[2]), int(m[3])) for m in found if m}
+
+
+def test_kill9_repeatedly_under_steady_load_then_exact_rows(kafka_bootstrap: str, spark,
                                                             tmp_path: Path) -> None:
     settings, conf = fault_settings(tmp_path, "kill", stream={"max_offsets_per_trigger": 300},
                                     layouts=True)
@@ -82,6 +118,11 @@ def test_kill9_repeatedly_under_steady_load_then_exact_rows(kafka_bootstrap: str
                  "a batch with some tables written and no checkpoint commit yet", job=job,
                  poll_s=0.1)
         kill("mid-batch, tables partly written")
+        disk = _on_disk(settings)  # the killed batch's files among them
+        # VACUUM with them on disk, before the replay (the direct writer's: its replay commits
+        # the same file names; Spark's appends write new ones)
+        down_code, down = _maintain(conf, DIRECT)
+        vacuumed = disk - _on_disk(settings)
         # 2. inside the replay of that batch: the restarted job re-runs batch N first
         job.start()
         replay = last_batch(ck, "offsets")
@@ -101,7 +142,14 @@ def test_kill9_repeatedly_under_steady_load_then_exact_rows(kafka_bootstrap: str
                  START_S + 120, "a new commit after restart", job=job, poll_s=0.1)
         kill("just after a commit")
 
+        # 5. maintain beside the last run, while it lands the backlog of the kills
         job.start()
+        before = last_batch(ck, "commits")
+        wait_for(lambda: last_batch(ck, "commits") > before, START_S,
+                 "a commit after the last restart", job=job)
+        commits = last_batch(ck, "commits")
+        live_code, live = _maintain(conf)
+        during = last_batch(ck, "commits") - commits
         load.finish()
         expected = len(expected_transactions(load.sent))
         wait_for(lambda: landed_count(settings) >= expected, START_S + 180,
@@ -121,6 +169,15 @@ def test_kill9_repeatedly_under_steady_load_then_exact_rows(kafka_bootstrap: str
     last_run = job.log.read_text(errors="replace").split(f"===== start {job.starts} ")[-1]
     assert code == 0 and "query failed" not in last_run, f"SIGTERM: exit {code}\n{job.tail()}"
     assert "signal 15: stopping" in last_run, job.tail()
+
+    maintained = "\n".join(["-- after kill -9 #1", *down, "-- while landing", *live])
+    assert down_code == 0, maintained
+    assert not vacuumed, f"VACUUM deleted files younger than its retention: {sorted(vacuumed)}"
+    assert during > 0, f"no batch committed while maintain ran:\n{maintained}"
+    # a compaction that lost a race to the job's commit is skipped and says so (exit 1)
+    assert live_code == 0 or any("concurrent commit won" in s for s in live), maintained
+    packed = _compacted(live)  # compacted while batches committed
+    assert any(packed[t][1] < packed[t][0] for t in DIRECT if t in packed), maintained
 
     report = "\n".join(map(str, kills))
     assert len(kills) == 4 and all(k["loading"] for k in kills), report

@@ -33,6 +33,8 @@ _DRIVER_CLASSES = {"org.apache.spark.sql.kafka010.KafkaSourceProvider": "the Kaf
 #: inlined PEM key of mutual TLS (``ssl.keystore.key``, pipeline/kafka_security.py). Spark
 #: masks matching keys (and the Kafka source's options) in the UI, event logs and its logs.
 REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|jaas|keystore[.]key"
+#: The driver JVM's options: conf's (``spark.conf``) first, then the Derby home the product sets.
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def session_conf(settings: Settings, *, jars: bool = True) -> dict[str, str]:
@@ -65,14 +67,15 @@ def session_conf(settings: Settings, *, jars: bool = True) -> dict[str, str]:
         "spark.databricks.delta.snapshotPartitions": str(
             max(2, settings.stream.shuffle_partitions)),
         "spark.sql.warehouse.dir": settings.location(".run/spark-warehouse"),
-        "spark.driver.extraJavaOptions": f"-Dderby.system.home={settings.location('.run')}",
+        JAVA_OPTIONS: f"-Dderby.system.home={settings.location('.run')}",
         "spark.redaction.regex": REDACTION_REGEX,
     }
     if jars:
         conf["spark.jars"] = ",".join(settings_jars(settings))
     # an s3a:// lake or checkpoint: the S3A connector pointed at object_store (else nothing)
     conf.update(objectstore.spark_conf(settings))
-    conf.update(s.conf)
+    java = " ".join(filter(None, (s.conf.get(JAVA_OPTIONS), conf[JAVA_OPTIONS])))
+    conf.update({**s.conf, JAVA_OPTIONS: java})  # conf's JVM options, and Derby's home too
     return conf
 
 
