@@ -26,7 +26,7 @@ cluster-demo: setup  ## the demo on a local Spark standalone cluster, submitted 
 test:  ## the whole suite: lint, unit, Spark and end-to-end tests (starts/stops the broker)
 	@scripts/setup.sh --tools
 	@.venv/bin/ruff check .
-	@$(PY) -m pytest -q --durations=25
+	@$(PY) -m pytest -q --durations=40
 
 test-unit: setup  ## engine-free tests only (no Spark, no broker)
 	@$(PY) -m pytest -q -m "not spark and not e2e"
