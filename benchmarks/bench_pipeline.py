@@ -366,8 +366,8 @@ def rates(result: dict[str, Any], load: dict[str, Any], records: int) -> dict[st
 
 def _mem(peak: dict[str, Any]) -> str:
     mem = TreeMemory(**peak)
-    workers = (f"{mem.python_workers_mb:.0f} MB ({mem.python_workers} procs)"
-               if mem.python_workers else "none")
+    workers = (f"{mem.python_workers_mb:.0f} MB ({mem.python_workers} procs, the largest "
+               f"{mem.largest_worker_mb:.0f} MB)" if mem.python_workers else "none")
     return (f"JVM {mem.driver_jvm_mb:.0f} MB, driver Python {mem.driver_python_mb:.0f} MB, "
             f"Python workers {workers}")
 

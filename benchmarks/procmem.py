@@ -58,6 +58,9 @@ class TreeMemory:
     driver_jvm_mb: float = 0.0
     python_workers_mb: float = 0.0
     python_workers: int = 0
+    #: the largest single worker (a task's own process: issue 17's "memory per state task";
+    #: the sum above counts pages the forked workers share with pyspark.daemon again each)
+    largest_worker_mb: float = 0.0
 
 
 def sample_tree(root: int) -> TreeMemory:
@@ -71,8 +74,10 @@ def sample_tree(root: int) -> TreeMemory:
         todo = list(children.get(pid, []))
         while todo:  # pyspark.daemon and the workers it forked
             worker = todo.pop()
-            mem.python_workers_mb += _rss_mb(worker)
+            rss = _rss_mb(worker)
+            mem.python_workers_mb += rss
             mem.python_workers += 1
+            mem.largest_worker_mb = max(mem.largest_worker_mb, rss)
             todo.extend(children.get(worker, []))
     return mem
 
@@ -108,6 +113,8 @@ class PeakSampler:
             self.peak.python_workers_mb = max(self.peak.python_workers_mb,
                                               now.python_workers_mb)
             self.peak.python_workers = max(self.peak.python_workers, now.python_workers)
+            self.peak.largest_worker_mb = max(self.peak.largest_worker_mb,
+                                              now.largest_worker_mb)
             time.sleep(self.interval_s)
 
 
