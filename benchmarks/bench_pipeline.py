@@ -65,8 +65,11 @@ DURATION_KEYS = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCo
 
 
 def run_settings(run_dir: Path, prefix: str, *, template: Path = TEMPLATE,
-                 stream: dict[str, Any] | None = None) -> tuple[Settings, Path]:
-    """A conf for one run: fresh topics, lake/checkpoints/metrics under ``run_dir``.
+                 stream: dict[str, Any] | None = None,
+                 subscriptions: int | None = None) -> tuple[Settings, Path]:
+    """A conf for one run: fresh topics, lake/checkpoints/metrics under ``run_dir``;
+    ``subscriptions``: keep the template's first N (1: one busy key, issue 17's single-key
+    mode — every transaction on one state task).
 
     Written to ``run_dir/conf.yaml`` so the Spark phases (separate processes) and anyone
     re-running a query by hand read exactly the same settings.
@@ -77,6 +80,8 @@ def run_settings(run_dir: Path, prefix: str, *, template: Path = TEMPLATE,
     raw["stream"].update(lake_dir=str(run_dir / "lake"), checkpoint_dir=str(run_dir / "ck"),
                          metrics_file=str(run_dir / "metrics.jsonl"), **(stream or {}))
     raw["base_dir"] = str(ROOT)
+    if subscriptions is not None:
+        raw["subscriptions"] = raw["subscriptions"][:subscriptions]
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "conf.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -435,6 +440,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--transactions", type=int, default=50_000, help="transactions to load")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--subscriptions", type=int, choices=[1, 2],
+                   help="keep the template's first N subscriptions (1: one busy key)")
     p.add_argument("--max-offsets", type=int, help="stream.max_offsets_per_trigger override")
     p.add_argument("--trigger", help="stream.trigger_interval override, e.g. '0 seconds'")
     p.add_argument("--shuffle-partitions", type=int, help="stream.shuffle_partitions override")
@@ -464,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         return phase_main(args)
     run_id = time.strftime("%Y%m%d-%H%M%S")
     settings, conf = run_settings(BENCH_DIR / "runs" / run_id, f"bench.{run_id}",
-                                  stream=overrides(args))
+                                  stream=overrides(args), subscriptions=args.subscriptions)
     print(f"bench run {run_id}: conf {conf.relative_to(ROOT)}; load average {load_average()}")
     started_broker = ensure_broker(settings)
     loads = [load_average()]
