@@ -85,6 +85,13 @@ def _on_disk(settings: Settings) -> set[Path]:
     return {p for t in DIRECT for p in (lake / t).rglob("*.parquet")}
 
 
+def _job_commits(lake: Path) -> int:
+    """Delta commits of the tables maintain leaves alone (the typed ones among them): the
+    job's own. A checkpoint commit would be later evidence: one batch with the typed MERGEs
+    can outlast a maintain run on the shared 2-core machine."""
+    return sum(1 for p in lake.glob("*/_delta_log/*.json") if p.parts[-3] not in TABLES)
+
+
 def _compacted(lines: list[str]) -> dict[str, tuple[int, int]]:
     """table → (files before, after) from maintain's summary lines."""
     found = (re.match(r"(\w+): (\d+) → (\d+) files", s) for s in lines)
@@ -147,9 +154,9 @@ def test_kill9_repeatedly_under_steady_load_then_exact_rows(kafka_bootstrap: str
         before = last_batch(ck, "commits")
         wait_for(lambda: last_batch(ck, "commits") > before, START_S,
                  "a commit after the last restart", job=job)
-        commits = last_batch(ck, "commits")
+        commits = _job_commits(lake)
         live_code, live = _maintain(conf)
-        during = last_batch(ck, "commits") - commits
+        during = _job_commits(lake) - commits
         load.finish()
         expected = len(expected_transactions(load.sent))
         wait_for(lambda: landed_count(settings) >= expected, START_S + 180,
@@ -173,7 +180,7 @@ def test_kill9_repeatedly_under_steady_load_then_exact_rows(kafka_bootstrap: str
     maintained = "\n".join(["-- after kill -9 #1", *down, "-- while landing", *live])
     assert down_code == 0, maintained
     assert not vacuumed, f"VACUUM deleted files younger than its retention: {sorted(vacuumed)}"
-    assert during > 0, f"no batch committed while maintain ran:\n{maintained}"
+    assert during > 0, f"the job committed nothing while maintain ran:\n{maintained}"
     # a compaction that lost a race to the job's commit is skipped and says so (exit 1)
     assert live_code == 0 or any("concurrent commit won" in s for s in live), maintained
     packed = _compacted(live)  # compacted while batches committed
