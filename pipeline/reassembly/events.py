@@ -183,7 +183,7 @@ class MessagesUnseen:
     """URBHMSNR ``first``..``last`` of a destination arrived below ``low``, every number the
     job had read of this numbering (``numbering.Numbering.unseen_before``): written out of
     order, or delivered again from before the job's first message. Transactions in them are
-    kept in ``duplicates`` as redelivered and not landed; the operator is told."""
+    kept in ``duplicates`` (reason :data:`UNPLACED`) and not landed; the operator is told."""
 
     subscription: str
     destination: str

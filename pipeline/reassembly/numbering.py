@@ -42,9 +42,7 @@ class Numbering:
         redelivery (or a reordered message): nothing is missing because of it. A run sent
         before the current numbering began is a redelivery of the previous one (a connector
         re-producing a batch from before a restart): its numbers say nothing of this one."""
-        if first <= 0:
-            return None  # URBHMSNR not set: no evidence
-        if htime and htime < self.since:
+        if not self._evidence(first, htime):
             return None
         hole = None
         if self.next_msnr is not None and first > self.next_msnr:
@@ -63,7 +61,7 @@ class Numbering:
         commit-time rule (``sequence.classify``) and not landed: the caller tells the
         operator. Call before :meth:`on_run`; a run reported once is not reported again.
         """
-        if first <= 0 or (htime and htime < self.since):
+        if not self._evidence(first, htime):
             return False
         if self.low is None:
             self.low = first
@@ -71,6 +69,11 @@ class Numbering:
         unseen = last < self.low
         self.low = min(self.low, first)
         return unseen
+
+    def _evidence(self, first: int, htime: int) -> bool:
+        """A run says something of this numbering: URBHMSNR set, and not sent before the
+        STRT/REST that began it (a redelivery of the previous numbering)."""
+        return first > 0 and not (htime and htime < self.since)
 
     def restart(self, sent: int = 0) -> None:
         """STRT/REST sent at ``sent`` (STCK): numbering starts again at 1."""

@@ -358,7 +358,7 @@ def _unseen(e: MessagesUnseen, now_ms: int, out: Rows) -> None:
            f"(offset {e.offset}) below {e.low}, the lowest this job had read: the topic is out "
            f"of order (a producer without idempotence?) or they were delivered again from "
            f"before the job's first message; transactions in them were kept in duplicates "
-           f"as redelivered, not landed — land them from there",
+           f"(reason '{UNPLACED} …'), not landed — land them from there",
            f"{e.first}|{e.topic}|{e.partition}|{e.offset}",
            {"first": e.first, "last": e.last, "low": e.low, "topic": e.topic,
             "partition": e.partition, "offset": e.offset})
