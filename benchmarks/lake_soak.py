@@ -103,6 +103,7 @@ def run_phase(phase: str, args: argparse.Namespace, run_dir: Path) -> list[LakeS
     if phase == "on":
         settings = settings.model_copy(update={"maintenance": settings.maintenance.model_copy(
             update={"every_minutes": args.every_minutes})})
+    ensure_broker(settings)  # running already: this creates the phase's topics
     spark = build_session(settings)
     query = start_stream(spark, settings, observe=job_metrics)
     # the simulator runs long enough for any run; it is stopped when the batches are done
