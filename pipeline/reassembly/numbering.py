@@ -92,23 +92,58 @@ class Numbering:
 
 @dataclass(slots=True)
 class Copies:
-    """Identities ``[topic, URBHTIME, URBHMSNR]`` of the last status-only messages."""
+    """Identities ``[topic, URBHTIME, URBHMSNR]`` of the last status-only messages.
+
+    ``seen`` is the state (serialized, compared); ``_ids`` and ``_newest`` index it so a
+    check costs O(1), not a scan of the window: a busy key meets a status every few
+    messages (the simulator's 2 % C5 rate), and the scan was a fifth of its state task's
+    time (issue 17's single-key profile)."""
 
     seen: list[list] = field(default_factory=list)
+    _ids: dict[tuple, int] = field(default_factory=dict, init=False, repr=False,
+                                   compare=False)
+    _newest: dict[str, int] = field(default_factory=dict, init=False, repr=False,
+                                    compare=False)
+
+    def __post_init__(self) -> None:
+        for topic, htime, msnr in self.seen:
+            self._index(topic, htime, msnr)
 
     def is_copy(self, topic: str, htime: int, msnr: int) -> bool:
         """A message seen before, or sent long before the newest one seen on its topic."""
         if not htime:
             return False  # no URBHTIME: no evidence
-        same = [s for s in self.seen if s[0] == topic]
-        if any(s[1] == htime and s[2] == msnr for s in same):
+        if (topic, htime, msnr) in self._ids:
             return True
-        return len(same) > 0 and htime < max(s[1] for s in same) - _MARGIN_STCK
+        newest = self._newest.get(topic)
+        return newest is not None and htime < newest - _MARGIN_STCK
 
     def add(self, topic: str, htime: int, msnr: int) -> None:
-        if htime:
-            self.seen.append([topic, htime, msnr])
-            del self.seen[:max(0, len(self.seen) - COPY_WINDOW)]
+        if not htime:
+            return
+        self.seen.append([topic, htime, msnr])
+        self._index(topic, htime, msnr)
+        excess = len(self.seen) - COPY_WINDOW
+        if excess <= 0:
+            return
+        dropped, self.seen[:excess] = self.seen[:excess], []
+        stale = False
+        for old_topic, old_htime, old_msnr in dropped:
+            ident = (old_topic, old_htime, old_msnr)
+            if self._ids[ident] == 1:
+                del self._ids[ident]
+            else:
+                self._ids[ident] -= 1
+            stale |= old_htime == self._newest.get(old_topic)
+        if stale:  # the newest of a topic left the window (rare: times mostly grow)
+            self._newest.clear()
+            for s_topic, s_htime, _ in self.seen:
+                self._newest[s_topic] = max(self._newest.get(s_topic, 0), s_htime)
+
+    def _index(self, topic: str, htime: int, msnr: int) -> None:
+        ident = (topic, htime, msnr)
+        self._ids[ident] = self._ids.get(ident, 0) + 1
+        self._newest[topic] = max(self._newest.get(topic, 0), htime)
 
     def to_obj(self) -> list[list]:
         return self.seen
