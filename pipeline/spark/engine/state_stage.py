@@ -20,7 +20,7 @@ in the offset log, so a replayed batch sees the same value), never the wall cloc
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -51,10 +51,17 @@ from pipeline.spark.land.datafiles import DataFiles, task_batch_id
 from pipeline.spark.land.tables import BLOB_COLUMN, OUTPUT_DDL, STATS_TABLE
 from pipeline.urb import UrbFormatError
 
-__all__ = ["OUTPUT_DDL", "STATE_DDL", "STATS_TABLE", "KeyStep", "batch_output", "key_stats",
-           "key_step", "split_frames", "split_records", "split_rows", "state_function",
-           "to_output"]
+__all__ = ["FLUSH_TRANSACTIONS", "OUTPUT_DDL", "STATE_DDL", "STATS_TABLE", "EarlyFiles",
+           "KeyStep", "batch_output", "key_output", "key_stats", "key_step", "landed_times",
+           "split_frames", "split_records", "split_rows", "state_function", "to_output"]
 STATE_DDL = "state binary"
+
+#: The fast path's landed transactions one call keeps as Python columns before ``flush``
+#: (``EarlyFiles``: the direct writer's Parquet files) takes them: a busy key's worker
+#: memory is bounded by this, not by its batch. Measured before (issue 17, one key, a
+#: 20,000-message batch of ~380,000 transactions): its worker peaked at 3.9 GB; a
+#: transaction's three tables' Python rows cost ~4 KB, so 25,000 hold ~100 MB.
+FLUSH_TRANSACTIONS = 25_000
 
 
 def _quarantine_row(rec: dict[str, Any], source: str, eye: str, reason: str) -> dict[str, Any]:
@@ -125,7 +132,7 @@ class KeyStep:
 
 def key_step(current: KeyState | None, frames: Iterable[pd.DataFrame], now_ms: int,
              config: ReassemblyConfig, key: tuple[str, str], decoder: RecordDecoder,
-             fast: bool = True) -> KeyStep:
+             fast: bool = True, flush: Callable[[Columns], None] | None = None) -> KeyStep:
     """Decode a key's rows and run the machine: with ``fast``, every run of easy messages
     (and ticks) through the fast path, the rest through one machine run
     (``MachineRun``) — the same rows and state as ``step`` alone
@@ -137,7 +144,10 @@ def key_step(current: KeyState | None, frames: Iterable[pd.DataFrame], now_ms: i
     cannot read (``_fast_items``) and everything after them go to the machine; timers run
     once, at the end. The fast path's transactions come ahead of the events' in the
     transactions/records/images tables (row order there differs from ``step`` alone's;
-    Delta tables have none); quarantine rows keep the order ``step`` alone gives them."""
+    Delta tables have none); quarantine rows keep the order ``step`` alone gives them.
+
+    ``flush``: given the fast path's landed columns whenever ``FLUSH_TRANSACTIONS`` have
+    gathered (``EarlyFiles`` writes them out); ``KeyStep.landed`` holds the rest."""
     frames = list(frames)
     if not fast:
         elements, rejected = split_frames(frames, decoder)
@@ -152,14 +162,18 @@ def key_step(current: KeyState | None, frames: Iterable[pd.DataFrame], now_ms: i
     machine = _MachineFeed(run, cols, names, decoder)
     fast_path = Resume(items, now_ms, config, key, decoder.codepage)
     landed: list[Columns] = []
-    pos = 0
+    held = pos = 0
     while pos < len(items):
         taken = fast_path.take(run.state, pos)
         if taken.consumed:
             assert taken.state is not None and taken.columns is not None
             run.replace_state(taken.state)
             landed.append(taken.columns)
+            held += taken.landed
             pos += taken.consumed
+            if flush is not None and held >= FLUSH_TRANSACTIONS:
+                flush(_joined(landed))  # type: ignore[arg-type]
+                landed, held = [], 0
             continue
         end = pos + 1  # the message, and the ticks after it (the fast path starts at one)
         while end < len(items) and items[end].value is None:
@@ -267,17 +281,24 @@ def to_output(tables: dict[str, list[dict[str, Any]]]) -> pd.DataFrame:
                          "blob": pd.Series(out_blob, dtype=object)})
 
 
+def landed_times(landed: Columns | None) -> list[list[int | None]]:
+    """The fast path's landed transactions' commit/processed/sent times (Unix µs)."""
+    fast = landed["transactions"] if landed is not None else {}
+    return [list(t) for t in zip(fast.get("commit_time", ()), fast.get("processed_time", ()),
+                                 fast.get("sent_time", ()), strict=True)]
+
+
 def key_stats(key: tuple[str, str], frames: list[pd.DataFrame], state: KeyState | None,
               events: list[Any] = (), tod_offset_us: int = 0,
-              landed: Columns | None = None) -> dict[str, Any]:
+              landed: Columns | None = None,
+              early: list[list[int | None]] = ()) -> dict[str, Any]:
     """The metrics row of one call: input bytes (each record once), the key's open gaps, and
     each landed transaction's commit/processed/sent times (Unix µs) for the latency legs, so
-    the sink needs no extra Spark job to read them back (``landed``: the fast path's
-    transactions, first)."""
+    the sink needs no extra Spark job to read them back (``early``: those of the
+    transactions flushed early, ``EarlyFiles.times``; ``landed``: the rest of the fast
+    path's, then the events')."""
     nbytes = sum(int(f.loc[f["part"] == 0, "value"].map(len).sum()) for f in frames if len(f))
-    fast = landed["transactions"] if landed is not None else {}
-    times = [list(t) for t in zip(fast.get("commit_time", ()), fast.get("processed_time", ()),
-                                  fast.get("sent_time", ()), strict=True)]
+    times = [*early, *landed_times(landed)]
     times += [[stck_to_unix_us(e.commit_time, tod_offset_us),
                stck_to_unix_us(e.processed_time, tod_offset_us),
                stck_to_unix_us(e.sent_time, tod_offset_us)]
@@ -309,6 +330,40 @@ def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int,
     return to_output(tables)
 
 
+class EarlyFiles:
+    """``key_step``'s ``flush`` with the direct writer: the fast path's landed transactions
+    written as Parquet files as they gather, so a busy key's call holds at most
+    ``FLUSH_TRANSACTIONS`` of them as Python rows. Their output frames (the files'
+    descriptions, committed by the sink with the batch's other files, exactly as the call's
+    last ones) and their times (for the metrics row) are kept for the call's output."""
+
+    def __init__(self, files: DataFiles, now_ms: int, tod_offset_us: int) -> None:
+        self._files, self._now, self._tod = files, now_ms, tod_offset_us
+        self.frames: list[pd.DataFrame] = []
+        self.times: list[list[int | None]] = []
+
+    def __call__(self, columns: Columns) -> None:
+        self.times += landed_times(columns)
+        self.frames.append(batch_output([], [], self._now, None, self._files, self._tod,
+                                        columns))
+
+
+def key_output(key: tuple[str, str], frames: list[pd.DataFrame], done: KeyStep,
+               events: list[Any], now_ms: int, config: ReassemblyConfig,
+               files: DataFiles | None, early: EarlyFiles | None) -> pd.DataFrame:
+    """One call's whole output frame (shared by both state APIs): what ``early`` wrote,
+    then the events' and the rest of the fast path's rows, the rejected records and the
+    metrics row."""
+    result = done.result
+    stats = key_stats(key, frames, result.state, result.events, config.tod_offset_us,
+                      done.landed, early.times if early is not None else ())
+    out = batch_output(events, done.rejected, now_ms, stats, files, config.tod_offset_us,
+                       done.landed)
+    if early is None or not early.frames:
+        return out
+    return pd.concat([*early.frames, out], ignore_index=True)
+
+
 def state_function(config: ReassemblyConfig, decoder: RecordDecoder,
                    files: DataFiles | None = None, fast: bool = True):
     """The function passed to applyInPandasWithState (``files``: the direct writer, if on;
@@ -320,7 +375,9 @@ def state_function(config: ReassemblyConfig, decoder: RecordDecoder,
         pdfs = [] if state.hasTimedOut else list(frames)
         with gc_paused():  # pipeline/spark/engine/gcpause.py: a batch's garbage has no cycles
             current = KeyState.from_bytes(state.get[0]) if state.exists else None
-            done = key_step(current, pdfs, now_ms, config, (key[-2], key[-1]), decoder, fast)
+            early = EarlyFiles(files, now_ms, config.tod_offset_us) if files else None
+            done = key_step(current, pdfs, now_ms, config, (key[-2], key[-1]), decoder, fast,
+                            early)
             result = done.result
             if result.state is None:
                 state.remove()
@@ -329,10 +386,8 @@ def state_function(config: ReassemblyConfig, decoder: RecordDecoder,
             # PySpark keeps an old timeout armed unless every call sets or clears it.
             if result.next_timeout_ms is not None and result.next_timeout_ms > now_ms:
                 state.setTimeoutDuration(result.next_timeout_ms - now_ms)
-            stats = key_stats(key, pdfs, result.state, result.events, config.tod_offset_us,
-                              done.landed)
-            out = batch_output(result.events, done.rejected, now_ms, stats, files,
-                               config.tod_offset_us, done.landed)
+            out = key_output((key[-2], key[-1]), pdfs, done, result.events, now_ms, config,
+                             files, early)
         yield out
 
     return reassemble

@@ -54,7 +54,7 @@ from pipeline.reassembly import KeyState, ReassemblyConfig
 from pipeline.reassembly.events import ImageOut, TransactionComplete
 from pipeline.spark.engine.decode_stage import RecordDecoder
 from pipeline.spark.engine.gcpause import gc_paused
-from pipeline.spark.engine.state_stage import OUTPUT_DDL, batch_output, key_stats, key_step
+from pipeline.spark.engine.state_stage import OUTPUT_DDL, EarlyFiles, key_output, key_step
 from pipeline.spark.land.datafiles import DataFiles
 
 HEADER_DDL = "state binary"
@@ -120,8 +120,10 @@ class ReassemblyProcessor(StatefulProcessor):
 
         # the open transaction's images are in list state, so the fast path never starts
         # from a state with one (fast.easy_state): the spilled images stay step's business
+        early = EarlyFiles(self.files, now_ms, self.config.tod_offset_us) if self.files \
+            else None
         done = key_step(current, frames, now_ms, self.config, (key[-2], key[-1]),
-                        self.decoder, self.fast)
+                        self.decoder, self.fast, early)
         result = done.result
 
         events = list(result.events)
@@ -131,13 +133,10 @@ class ReassemblyProcessor(StatefulProcessor):
                     stored = tuple(ImageOut(int(r[0]), int(r[1]), r[2], bytes(r[3]))
                                    for r in self.images.get())
                     events[i] = dataclasses.replace(event, images=stored + event.images)
-        stats = key_stats((key[-2], key[-1]), frames, result.state, result.events,
-                          self.config.tod_offset_us, done.landed)
         self._save(result.state, spilled)
         self._arm(result.next_timeout_ms, now_ms)
-
-        return batch_output(events, done.rejected, now_ms, stats, self.files,
-                            self.config.tod_offset_us, done.landed)
+        return key_output((key[-2], key[-1]), frames, done, events, now_ms, self.config,
+                          self.files, early)
 
     def _save(self, st: KeyState | None, spilled: tuple[int, int, int, int] | None) -> None:
         """Append the open Partial's new images to the list, save the header without them."""
