@@ -38,10 +38,15 @@ faults:  ## fault-injection tests: kill -9, broker outage, corruption, restarts,
 lint: setup  ## ruff
 	@.venv/bin/ruff check .
 
-bench: setup  ## codec, state task (one busy key), then pipeline vs raw Kafka->Delta (figures go to BENCHMARKS.md by hand)
+bench: setup  ## codec, state task, then pipeline vs raw Kafka->Delta at 2,000 and 20,000 msgs/batch and one busy key (~30 min; figures go to BENCHMARKS.md by hand)
 	@$(PY) benchmarks/bench_codec.py
 	@$(PY) benchmarks/bench_state.py
+	@echo "== pipeline vs raw, 2,000 messages per batch (the template's cap) =="
 	@$(PY) benchmarks/bench_pipeline.py $(BENCH_ARGS)
+	@echo "== pipeline vs raw, 20,000 messages per batch (the product's default cap) =="
+	@$(PY) benchmarks/bench_pipeline.py --transactions 400000 --max-offsets 20000 $(BENCH_ARGS)
+	@echo "== one busy key (every transaction on one state task), 20,000 messages per batch =="
+	@$(PY) benchmarks/bench_pipeline.py --transactions 400000 --max-offsets 20000 --subscriptions 1 $(BENCH_ARGS)
 
 soak: setup  ## >=10 min steady load with faults: state and memory flat? (not in CI; SOAK_ARGS=...)
 	@$(PY) benchmarks/soak.py $(SOAK_ARGS)
