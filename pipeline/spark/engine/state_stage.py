@@ -57,10 +57,12 @@ __all__ = ["FLUSH_TRANSACTIONS", "OUTPUT_DDL", "STATE_DDL", "STATS_TABLE", "Earl
 STATE_DDL = "state binary"
 
 #: The fast path's landed transactions one call keeps as Python columns before ``flush``
-#: (``EarlyFiles``: the direct writer's Parquet files) takes them: a busy key's worker
-#: memory is bounded by this, not by its batch. Measured before (issue 17, one key, a
-#: 20,000-message batch of ~380,000 transactions): its worker peaked at 3.9 GB; a
-#: transaction's three tables' Python rows cost ~4 KB, so 25,000 hold ~100 MB.
+#: (``EarlyFiles``: the direct writer's Parquet files) takes them: the landed rows a call
+#: holds are bounded by this, not by its batch (a transaction's three tables' Python rows
+#: cost ~4 KB, so 25,000 hold ~100 MB; engine-free, one call of 53,554 transactions grew
+#: 74 MB instead of 250). It does not bound the whole worker: one key's 20,000-message batch
+#: still peaks its largest Python worker at 3.9 GB (BENCHMARKS.md, issue 17) — something
+#: else holds that.
 FLUSH_TRANSACTIONS = 25_000
 
 
