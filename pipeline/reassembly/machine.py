@@ -174,7 +174,13 @@ class _Run:
         else:
             for row in msg:
                 self._element(row)
-        self._seen_sent(sent)
+        if first.home:
+            # Only the destination's own topic orders messages against the key's data: a
+            # reply on the reply destination's topic sorts by its own offsets, so a reply
+            # sent after a REST can come first in a call, and its time would make that REST
+            # look like a redelivered copy (``_restart``) — the whole new epoch then lands
+            # as the old one's.
+            self._seen_sent(sent)
 
     def _data_message(self, msg: tuple[ElementRow, ...]) -> None:
         first = msg[0]

@@ -10,7 +10,7 @@ from collections import Counter
 from itertools import pairwise
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pipeline.sim import FaultPlan
@@ -314,6 +314,11 @@ def _landed_set(h: Harness) -> set[tuple]:
        encoding=st.sampled_from([*ENCODINGS, "mixed"]),
        size=st.sampled_from([SMALLEST_MESSAGE, 600, 32768]),
        restarts=st.integers(0, 2))
+# A reply read before a REST it was sent after hid the REST (machine._Run.message):
+@example(seed=8662, cuts=[9, 11, 8, 11, 11], shuffle=93, encoding="ebcdic",
+         size=SMALLEST_MESSAGE, restarts=1)
+@example(seed=4288, cuts=[4, 11, 5, 7], shuffle=5, encoding="ebcdic", size=SMALLEST_MESSAGE,
+         restarts=2)
 def test_batch_boundaries_do_not_change_what_lands(seed: int, cuts: list[int], shuffle: int,
                                                     encoding: str, size: int,
                                                     restarts: int) -> None:

@@ -35,6 +35,7 @@ from tests.reassembly.builders import (
     status,
     statuses,
     stck,
+    trsp,
     txn,
 )
 
@@ -85,6 +86,30 @@ def test_a_restart_in_the_same_batch_withdraws_the_old_epoch_s_requests() -> Non
     assert "restarted" in settled.reason
     assert events_to_rows(events, 0)["requests"] == []
     assert h.landed(events) == [41, 43, 1] and h.state.epoch == 1  # 0 before any STRT
+
+
+def test_a_reply_read_before_a_rest_it_was_sent_after_does_not_hide_the_rest() -> None:
+    """The reply topic's offsets are not ordered with the destination topic's: in one call a
+    reply sent after a REST can sort before it. Its send time is no evidence about the
+    destination's own messages; counted as the destination's clock, it made the REST look
+    like a redelivered copy, so the new epoch's tsnr 1 filled the old epoch's gap and its
+    tsnr 2 was dropped as a copy of the old one's. Found by the batch-boundary property
+    test (tests/integration/test_sim_to_reassembly.py)."""
+    h = Harness(CFG)
+    feed = Feed()
+    h.feed(echo(statuses(feed, status("STRT", snam=""))) + feed.send(txn(2)))  # 1 missing
+    assert len(only(h.events, GapOpened)) == 1
+    epoch = h.state.epoch
+    feed.offset = 50  # the destination's topic is further on than the reply topic
+    rest = echo(statuses(feed, status("REST", snam="")))
+    replies = Feed(topic="replicator.replies", offset=3, time=feed.time + (5000 << 12))
+    reply = [r._replace(home=False) for r in statuses(replies, trsp(1, 0, rsp=0, rtok="TOK1"))]
+    events = h.feed(reply + rest + feed.send(txn(1, later=RESTARTED), txn(2, later=RESTARTED)))
+    assert reply[0].sort_key < rest[0].sort_key  # read first, sent after
+    assert len(only(events, EpochStarted)) == 1 and h.state.epoch == epoch + 1
+    assert h.landed(events) == [1, 2] and only(events, DuplicateDropped) == []
+    [settled] = only(events, GapUnrecoverable)
+    assert settled.from_tsnr == 1 and "restarted" in settled.reason
 
 
 def redeliver_all(feed: Feed, rows: list[ElementRow]) -> list[ElementRow]:
