@@ -60,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     except KafkaRefused as exc:  # authentication, TLS or a missing ACL: never "unreachable"
         print(f"error: {exc}", file=sys.stderr)
         return REFUSED
+    from pipeline.spark.land.log_growth import advice
+
+    slow_log = advice(settings, args.trigger)  # a conf that slows every commit in weeks
+    if slow_log:
+        logging.getLogger("urbpipe").warning(slow_log)
     from pipeline.ops.metrics import job_metrics
     from pipeline.spark.engine.query import start_stream
     from pipeline.spark.engine.session import build_session

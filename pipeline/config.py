@@ -353,8 +353,11 @@ class Stream(_Model):
     # included; ``lifetime_properties``): the log's commits for time travel and the change
     # feed, and the files a commit removed, which VACUUM may delete only after this.
     # Delta's defaults (30 and 7 days) are the floor of the second: a shorter one would let
-    # VACUUM delete a file a reader or a running batch still needs.
-    delta_log_retention_days: int = Field(30, ge=1, le=36_500)
+    # VACUUM delete a file a reader or a running batch still needs. The first may be a
+    # fraction (0.25: 6 hours): each bulk table's log holds retention / trigger commits and
+    # Delta lists it at every commit, so a job at a seconds trigger that runs for weeks
+    # wants hours here (pipeline/spark/land/log_growth.py; the job warns at start).
+    delta_log_retention_days: float = Field(30, ge=1 / 24, le=36_500)
     delta_deleted_file_retention_days: int = Field(7, ge=7, le=36_500)
     # Delta's auto compaction after each commit (``delta.autoOptimize.autoCompact``) on the
     # tables Spark appends to (not ``DIRECT_TABLES``: compaction inside the direct writer's

@@ -168,6 +168,14 @@ AUTO_COMPACT = "delta.autoOptimize.autoCompact"
 CHANGE_FEED = "delta.enableChangeDataFeed"
 
 
+def log_retention(days: float) -> str:
+    """Delta's interval for ``stream.delta_log_retention_days``: whole days as days, a
+    fraction as whole hours (at least one)."""
+    if float(days).is_integer():
+        return f"interval {int(days)} days"
+    return f"interval {max(1, round(days * 24))} hours"
+
+
 def lifetime_properties(settings: Settings, *, spark_written: bool) -> dict[str, str]:
     """What keeps a table fast and safe for years, on every table the product creates: how
     long the log and the removed files are kept (time travel, the change feed, and VACUUM's
@@ -175,7 +183,7 @@ def lifetime_properties(settings: Settings, *, spark_written: bool) -> dict[str,
     writer's commits would compact inside the batch; ``urbpipe maintain`` does those)."""
     stream = settings.stream
     auto = stream.delta_auto_compact and spark_written
-    return {"delta.logRetentionDuration": f"interval {stream.delta_log_retention_days} days",
+    return {"delta.logRetentionDuration": log_retention(stream.delta_log_retention_days),
             "delta.deletedFileRetentionDuration":
                 f"interval {stream.delta_deleted_file_retention_days} days",
             AUTO_COMPACT: str(auto).lower()}
