@@ -142,10 +142,11 @@ def key_step(current: KeyState | None, frames: Iterable[pd.DataFrame], now_ms: i
 
     The fast path is tried at the start and again after every message the machine takes
     while the state is easy (no partial, gap or hold): a status every few dozen messages
-    then costs one message on the machine, not the rest of the call. Items the fast path
-    cannot read (``_fast_items``) and everything after them go to the machine; timers run
-    once, at the end. The fast path's transactions come ahead of the events' in the
-    transactions/records/images tables (row order there differs from ``step`` alone's;
+    then costs one message on the machine, not the rest of the call. Rows the fast path
+    cannot read (``_fast_items``: echoes, routing errors, control rows) go to the machine in
+    their place, and the fast path resumes after them; timers run once, at the end. The
+    fast path's transactions come ahead of the events' in the transactions/records/images
+    tables (row order there differs from ``step`` alone's;
     Delta tables have none); quarantine rows keep the order ``step`` alone gives them.
 
     ``flush``: given the fast path's landed columns whenever ``FLUSH_TRANSACTIONS`` have
@@ -162,28 +163,68 @@ def key_step(current: KeyState | None, frames: Iterable[pd.DataFrame], now_ms: i
     items = _fast_items([rows[i] for i in order])
     run = MachineRun(current, now_ms, config, key)
     machine = _MachineFeed(run, cols, names, decoder)
-    fast_path = Resume(items, now_ms, config, key, decoder.codepage)
-    landed: list[Columns] = []
-    held = pos = 0
-    while pos < len(items):
-        taken = fast_path.take(run.state, pos)
+    landed = _Landed(flush)
+    pos = 0
+    for start, end in _readable_runs(items):
+        machine.feed(order[pos:start])  # rows the fast path cannot read, in their place
+        readable = [item for item in items[start:end] if item is not None]
+        _fast_run(readable, order[start:end], run, machine, landed,
+                  Resume(readable, now_ms, config, key, decoder.codepage))
+        pos = end
+    machine.feed(order[pos:])
+    return KeyStep(run.finish(), _joined(landed.segments), machine.rejected())
+
+
+def _fast_run(items: list[Incoming], positions: list[int], run: MachineRun,
+              machine: _MachineFeed, landed: _Landed, fast_path: Resume) -> None:
+    """One run of readable items (``positions``: their rows): the fast path takes what it
+    can from each position, the machine the message there (and the ticks after it)."""
+    at = 0
+    while at < len(items):
+        taken = fast_path.take(run.state, at)
         if taken.consumed:
             assert taken.state is not None and taken.columns is not None
             run.replace_state(taken.state)
-            landed.append(taken.columns)
-            held += taken.landed
-            pos += taken.consumed
-            if flush is not None and held >= FLUSH_TRANSACTIONS:
-                flush(_joined(landed))  # type: ignore[arg-type]
-                landed, held = [], 0
+            landed.add(taken.columns, taken.landed)
+            at += taken.consumed
             continue
-        end = pos + 1  # the message, and the ticks after it (the fast path starts at one)
-        while end < len(items) and items[end].value is None:
-            end += 1
-        machine.feed(order[pos:end])
-        pos = end
-    machine.feed(order[len(items):])
-    return KeyStep(run.finish(), _joined(landed), machine.rejected())
+        after = at + 1  # the message, and the ticks after it (the fast path starts at one)
+        while after < len(items) and items[after].value is None:
+            after += 1
+        machine.feed(positions[at:after])
+        at = after
+
+
+class _Landed:
+    """The fast path's landed columns of one call as they gather; ``flush`` (if any) takes
+    them every ``FLUSH_TRANSACTIONS``."""
+
+    def __init__(self, flush: Callable[[Columns], None] | None) -> None:
+        self._flush = flush
+        self.segments: list[Columns] = []
+        self.held = 0
+
+    def add(self, columns: Columns, transactions: int) -> None:
+        self.segments.append(columns)
+        self.held += transactions
+        if self._flush is not None and self.held >= FLUSH_TRANSACTIONS:
+            self._flush(_joined(self.segments))  # type: ignore[arg-type]
+            self.segments, self.held = [], 0
+
+
+def _readable_runs(items: list[Incoming | None]) -> list[tuple[int, int]]:
+    """[start, end) of each run of items the fast path can read (``_fast_items``)."""
+    runs: list[tuple[int, int]] = []
+    start = None
+    for i, item in enumerate(items):
+        if item is not None and start is None:
+            start = i
+        elif item is None and start is not None:
+            runs.append((start, i))
+            start = None
+    if start is not None:
+        runs.append((start, len(items)))
+    return runs
 
 
 def _joined(segments: list[Columns]) -> Columns | None:
@@ -236,10 +277,14 @@ def _kafka_order(row: tuple[Any, ...]) -> tuple[int, int, str, bool]:
     return (int(partition), int(offset), topic, int(part) < 0)
 
 
-def _fast_items(rows: list[tuple[Any, ...]]) -> list[Incoming]:
-    """The leading rows (``_FAST_COLUMNS``) the fast path can read: messages of one key
-    (``part`` 0, no routing error) and ticks; it stops at anything else."""
-    items: list[Incoming] = []
+def _fast_items(rows: list[tuple[Any, ...]]) -> list[Incoming | None]:
+    """Each row (``_FAST_COLUMNS``) as the fast path reads it: a message of one key
+    (``part`` 0, no routing error) or a tick; None for any other row (an echo of a
+    destination-wide STRT/REST, a routing error, a control row …), which the machine takes
+    in its place before the fast path resumes. Before, the first such row ended the fast
+    path for the rest of the call: a batch that began with a STRT went through the machine
+    whole (bench_pipeline's busy key: 10,520 messages, 1.9 GB, BENCHMARKS.md)."""
+    items: list[Incoming | None] = []
     for topic, partition, offset, part, error, value in rows:
         coords = (topic, int(partition), int(offset))
         if part == 0 and error is None and value is not None:
@@ -248,7 +293,7 @@ def _fast_items(rows: list[tuple[Any, ...]]) -> list[Incoming]:
             row = pseudo_rows(*coords, value, part)[0]
             items.append(Incoming(*coords, tick=row.num("htime")))
         else:
-            break
+            items.append(None)
     return items
 
 
