@@ -144,7 +144,7 @@ def test_fast_path_gives_what_step_alone_gives(seed: int, encoding: str, size: i
 def test_clean_batches_go_the_fast_way(encoding: str,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Batches without trouble land (nearly) all their transactions on the fast path; only
-    what follows a status (the STRT, TERM) or a continuation goes to ``step``."""
+    the statuses (the STRT, TERM) and continuations go to ``step``."""
     seen = _counting(monkeypatch)
     plan = FaultPlan()
     cuts = [1] + [20] * 30
