@@ -40,7 +40,18 @@ if TYPE_CHECKING:
 ENV_PREFIX = "URBPIPE__"
 DEFAULT_CONF = Path(__file__).resolve().parent.parent / "conf" / "local.yaml"
 _DNAM = re.compile(r"^[A-Za-z0-9@#$_.-]{1,8}$")
-_INTERVAL = re.compile(r"^\d+(\.\d+)?\s*(ms|milliseconds?|s|seconds?|minutes?|min)$")
+_INTERVAL = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|seconds?|minutes?|min)$")
+_INTERVAL_UNIT_MS = {"ms": 1, "millisecond": 1, "milliseconds": 1, "s": 1000, "second": 1000,
+                     "seconds": 1000, "min": 60_000, "minute": 60_000, "minutes": 60_000}
+
+
+def interval_ms(text: str) -> float:
+    """A trigger interval as conf accepts it (``'5 seconds'``, ``'500 ms'``, ``'1 minute'``)
+    in milliseconds."""
+    match = _INTERVAL.match(text.strip())
+    if not match:
+        raise ValueError(f"{text!r} is not an interval like '5 seconds', '500 ms', '1 minute'")
+    return float(match[1]) * _INTERVAL_UNIT_MS[match[2]]
 
 
 class _Model(BaseModel):

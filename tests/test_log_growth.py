@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import ConfigError, Settings, load_settings
+from pipeline.config import ConfigError, Settings, interval_ms, load_settings
 from pipeline.spark.land.log_growth import (
     WARN_ADDED_MS,
     added_commit_ms,
     advice,
-    interval_ms,
     retained_commits,
 )
 from pipeline.spark.land.tables import log_retention, table_properties

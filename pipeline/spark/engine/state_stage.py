@@ -23,6 +23,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import groupby
 from typing import Any
 
 import orjson
@@ -60,9 +61,9 @@ STATE_DDL = "state binary"
 #: (``EarlyFiles``: the direct writer's Parquet files) takes them: the landed rows a call
 #: holds are bounded by this, not by its batch (a transaction's three tables' Python rows
 #: cost ~4 KB, so 25,000 hold ~100 MB; engine-free, one call of 53,554 transactions grew
-#: 74 MB instead of 250). It does not bound the whole worker: one key's 20,000-message batch
-#: still peaks its largest Python worker at 3.9 GB (BENCHMARKS.md, issue 17) — something
-#: else holds that.
+#: 74 MB instead of 250). The rows the machine lands are not: a busy key's batch must reach
+#: the fast path (one that began with a STRT once did not, and peaked its worker at 3.9 GB;
+#: ``_fast_items``, BENCHMARKS.md issue 17).
 FLUSH_TRANSACTIONS = 25_000
 
 
@@ -146,8 +147,8 @@ def key_step(current: KeyState | None, frames: Iterable[pd.DataFrame], now_ms: i
     cannot read (``_fast_items``: echoes, routing errors, control rows) go to the machine in
     their place, and the fast path resumes after them; timers run once, at the end. The
     fast path's transactions come ahead of the events' in the transactions/records/images
-    tables (row order there differs from ``step`` alone's;
-    Delta tables have none); quarantine rows keep the order ``step`` alone gives them.
+    tables (row order there differs from ``step`` alone's; Delta tables have none);
+    quarantine rows keep the order ``step`` alone gives them.
 
     ``flush``: given the fast path's landed columns whenever ``FLUSH_TRANSACTIONS`` have
     gathered (``EarlyFiles`` writes them out); ``KeyStep.landed`` holds the rest."""
@@ -214,16 +215,12 @@ class _Landed:
 
 def _readable_runs(items: list[Incoming | None]) -> list[tuple[int, int]]:
     """[start, end) of each run of items the fast path can read (``_fast_items``)."""
-    runs: list[tuple[int, int]] = []
-    start = None
-    for i, item in enumerate(items):
-        if item is not None and start is None:
-            start = i
-        elif item is None and start is not None:
-            runs.append((start, i))
-            start = None
-    if start is not None:
-        runs.append((start, len(items)))
+    runs, start = [], 0
+    for readable, group in groupby(items, key=lambda item: item is not None):
+        end = start + sum(1 for _ in group)
+        if readable:
+            runs.append((start, end))
+        start = end
     return runs
 
 

@@ -20,9 +20,7 @@ readers depend on it): it says at start what the conf will cost, when that is mo
 
 from __future__ import annotations
 
-import re
-
-from pipeline.config import Settings
+from pipeline.config import Settings, interval_ms
 
 #: Measured on the local file system (benchmarks/delta_log_growth.py): ms per commit per 1,000
 #: files in ``_delta_log``, and files each commit leaves there.
@@ -32,17 +30,6 @@ FILES_PER_COMMIT = 4
 WARN_ADDED_MS = 500.0
 
 _DAY_MS = 86_400_000
-_UNIT_MS = {"ms": 1, "millisecond": 1, "milliseconds": 1, "s": 1000, "second": 1000,
-            "seconds": 1000, "min": 60_000, "minute": 60_000, "minutes": 60_000}
-_INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$")
-
-
-def interval_ms(text: str) -> float:
-    """``'5 seconds'``, ``'500 ms'``, ``'1 minute'`` (the forms conf accepts) in milliseconds."""
-    match = _INTERVAL.match(text.lower())
-    if not match or match[2] not in _UNIT_MS:
-        raise ValueError(f"{text!r} is not an interval like '5 seconds', '500 ms', '1 minute'")
-    return float(match[1]) * _UNIT_MS[match[2]]
 
 
 def retained_commits(retention_days: float, trigger_ms: float) -> int:
