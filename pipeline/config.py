@@ -340,6 +340,12 @@ class Stream(_Model):
     trigger_interval: str = "5 seconds"
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int = Field(20_000, ge=1)
+    # A source topic has one partition (the job refuses more: pipeline/ops/topic_check.py),
+    # so Spark's Kafka source would read and decode a whole batch in one task on one core.
+    # Spark's ``maxRecordsPerPartition`` splits the offset range into tasks of at most this
+    # many records, decoded in parallel; the state stage orders each key's rows by offset
+    # again, so the split changes no result (BENCHMARKS.md, "The decode stage split").
+    source_records_per_task: int = Field(5_000, ge=1)
     fail_on_data_loss: bool = True
     shuffle_partitions: int = Field(4, ge=1, le=2000)
     quarantine_poison: bool = True

@@ -44,9 +44,12 @@ def _read_topic(settings, topic: str, expect_at_least: int) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def clean(spark, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Scenario:
+    # Kafka's offset range split into tasks of 16 records (stream.source_records_per_task),
+    # decoded in parallel: the state stage must put each key's rows back in offset order.
     scenario = Scenario.build(tmp_path_factory.mktemp("clean"), "clean", transactions=60,
                               seed=11, max_message_size=700,
-                              subscriptions=[COLOR_EBCDIC, EMPLOYEE_ASCII])
+                              subscriptions=[COLOR_EBCDIC, EMPLOYEE_ASCII],
+                              stream={"source_records_per_task": 16})
     scenario.run(spark)
     return scenario
 
@@ -90,7 +93,8 @@ def faulty(spark, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
         tmp_path_factory.mktemp("faulty"), "faulty", transactions=80, seed=5,
         max_message_size=1500, subscriptions=[COLOR_EBCDIC, EMPLOYEE_ASCII],
         faults={"drop_transaction": 2, "duplicate": 2, "drop_continuation": 1, "corrupt": 1},
-        gaps={"retry_initial_ms": 3000, "max_retries": 3})
+        gaps={"retry_initial_ms": 3000, "max_retries": 3},
+        stream={"source_records_per_task": 16})  # split source tasks, as in ``clean``
     producer = Producer(scenario.settings.kafka.confluent())
     topic = next(iter(scenario.settings.topics.outputs))
     producer.produce(topic, key=b"COLOR", value=POISON)

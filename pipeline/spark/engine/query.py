@@ -105,6 +105,7 @@ def kafka_source(spark: SparkSession, settings: Settings) -> DataFrame:
         reader = reader.option("subscribe", ",".join(settings.source_topics()))
     return (reader.option("startingOffsets", st.starting_offsets)
             .option("maxOffsetsPerTrigger", st.max_offsets_per_trigger)
+            .option("maxRecordsPerPartition", st.source_records_per_task)
             .option("failOnDataLoss", str(st.fail_on_data_loss).lower())
             .load().select("topic", "partition", "offset", "key", "value"))
 
