@@ -68,8 +68,9 @@ def run_settings(run_dir: Path, prefix: str, *, template: Path = TEMPLATE,
                  stream: dict[str, Any] | None = None,
                  subscriptions: int | None = None) -> tuple[Settings, Path]:
     """A conf for one run: fresh topics, lake/checkpoints/metrics under ``run_dir``;
-    ``subscriptions``: keep the template's first N (1: one busy key, issue 17's single-key
-    mode — every transaction on one state task).
+    ``subscriptions``: N keys — 1 keeps the template's first (one busy key, issue 17's
+    single-key mode: every transaction on one state task), 2 both, more adds subscriptions
+    of the ORDERS layout on files of their own, the forms alternating (the scaling table).
 
     Written to ``run_dir/conf.yaml`` so the Spark phases (separate processes) and anyone
     re-running a query by hand read exactly the same settings.
@@ -81,11 +82,19 @@ def run_settings(run_dir: Path, prefix: str, *, template: Path = TEMPLATE,
                          metrics_file=str(run_dir / "metrics.jsonl"), **(stream or {}))
     raw["base_dir"] = str(ROOT)
     if subscriptions is not None:
-        raw["subscriptions"] = raw["subscriptions"][:subscriptions]
+        raw["subscriptions"] = _subscriptions(raw["subscriptions"], subscriptions)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "conf.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return load_settings(path, env={}), path
+
+
+def _subscriptions(template: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """The template's first ``n`` subscriptions, then ORDERS ones (files 21, 22 …)."""
+    extra = [{"name": f"ORDERS{i}", "destinations": template[0]["destinations"],
+              "files": [20 + i], "ebcdic": i % 2 == 1}
+             for i in range(1, n - len(template) + 1)]
+    return (template + extra)[:n]
 
 
 def throughput_settings(settings: Settings) -> dict[str, Any]:
@@ -94,6 +103,7 @@ def throughput_settings(settings: Settings) -> dict[str, Any]:
     return {"max_offsets_per_trigger": st.max_offsets_per_trigger,
             "trigger_interval": st.trigger_interval,
             "shuffle_partitions": st.shuffle_partitions,
+            "source_records_per_task": st.source_records_per_task,
             "raw_writer": writer_mode(settings), "state_api": st.state_api,
             # the broker makes the topics the job reads with one partition (topic_check.py)
             "source_topic_partitions": 1,
@@ -137,6 +147,14 @@ def load_topic(settings: Settings, transactions: int, seed: int) -> dict[str, An
     return summary.as_dict()
 
 
+def earlier_load(run: str) -> dict[str, Any]:
+    """The load summary of an earlier run, whose topic this run reads again."""
+    folder = BENCH_DIR / "runs" / run
+    if (folder / "load.json").exists():
+        return dict(json.loads((folder / "load.json").read_text()))
+    return dict(json.loads((folder / "results.json").read_text())["load"])
+
+
 def topic_messages(settings: Settings) -> dict[str, int]:
     """Messages now in each source topic (sum over partitions of the high watermarks)."""
     from confluent_kafka import Consumer, TopicPartition
@@ -166,6 +184,7 @@ def raw_passthrough(spark: Any, settings: Settings) -> Any:
               .option("subscribe", ",".join(settings.source_topics()))
               .option("startingOffsets", st.starting_offsets)
               .option("maxOffsetsPerTrigger", st.max_offsets_per_trigger)
+              .option("maxRecordsPerPartition", st.source_records_per_task)
               .option("failOnDataLoss", str(st.fail_on_data_loss).lower()).load())
     rows = source.select("topic", "partition", "offset", "key", "value",
                          F.col("timestamp").alias("kafka_time"),
@@ -440,11 +459,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--transactions", type=int, default=50_000, help="transactions to load")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--subscriptions", type=int, choices=[1, 2],
+    p.add_argument("--subscriptions", type=int, choices=range(1, 9), metavar="1..8",
                    help="keep the template's first N subscriptions (1: one busy key)")
     p.add_argument("--max-offsets", type=int, help="stream.max_offsets_per_trigger override")
     p.add_argument("--trigger", help="stream.trigger_interval override, e.g. '0 seconds'")
     p.add_argument("--shuffle-partitions", type=int, help="stream.shuffle_partitions override")
+    p.add_argument("--source-records-per-task", type=int,
+                   help="stream.source_records_per_task override (both phases' Kafka source)")
+    p.add_argument("--reuse-load", metavar="RUN",
+                   help="read the topic an earlier run (.bench/runs/RUN) loaded instead of "
+                        "loading a new one; its --transactions/--subscriptions/--seed apply")
+    p.add_argument("--phases", default=",".join(PHASES),
+                   help="which phases to run, comma-separated (default: raw,pipeline)")
     p.add_argument("--raw-writer", choices=["auto", "direct", "spark"],
                    help="stream.raw_writer override (who writes the bulk tables' files)")
     p.add_argument("--state-api", choices=["transformWithStateInPandas",
@@ -461,6 +487,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
     given = {"max_offsets_per_trigger": args.max_offsets, "trigger_interval": args.trigger,
              "shuffle_partitions": args.shuffle_partitions, "raw_writer": args.raw_writer,
+             "source_records_per_task": args.source_records_per_task,
              "state_api": args.state_api}
     return {k: v for k, v in given.items() if v is not None}
 
@@ -470,18 +497,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.phase:
         return phase_main(args)
     run_id = time.strftime("%Y%m%d-%H%M%S")
-    settings, conf = run_settings(BENCH_DIR / "runs" / run_id, f"bench.{run_id}",
+    topics = f"bench.{args.reuse_load or run_id}"  # an earlier run's topics hold its load
+    settings, conf = run_settings(BENCH_DIR / "runs" / run_id, topics,
                                   stream=overrides(args), subscriptions=args.subscriptions)
+    phases = [p for p in PHASES if p in args.phases.split(",")]
     print(f"bench run {run_id}: conf {conf.relative_to(ROOT)}; load average {load_average()}")
     started_broker = ensure_broker(settings)
     loads = [load_average()]
     try:
-        load = load_topic(settings, args.transactions, args.seed)
+        load = (earlier_load(args.reuse_load) if args.reuse_load
+                else load_topic(settings, args.transactions, args.seed))
+        (conf.parent / "load.json").write_text(json.dumps(load))
         expect = sum(topic_messages(settings).values())
         results = {}
-        for phase in PHASES:
+        for phase in phases:
             results[phase] = spawn_phase(phase, conf, expect, args.timeout)
             loads.append(load_average())
+        if len(results) < len(PHASES):
+            print(json.dumps({"load": load, "results": results}, indent=1))
+            return 0
         codec = codec_ratio()
         report(settings, load, results, codec, loads)
         (conf.parent / "results.json").write_text(json.dumps(
