@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 CONF ?= conf/local.yaml
 
-.PHONY: help setup jars demo cluster-demo test test-unit faults lint bench soak lake-soak broker-start broker-stop clean
+.PHONY: help setup jars demo cluster-demo test test-unit faults lint bench scaling soak lake-soak broker-start broker-stop clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -45,8 +45,11 @@ bench: setup  ## codec, state task, then pipeline vs raw Kafka->Delta at 2,000 a
 	@$(PY) benchmarks/bench_pipeline.py $(BENCH_ARGS)
 	@echo "== pipeline vs raw, 20,000 messages per batch (the product's default cap) =="
 	@$(PY) benchmarks/bench_pipeline.py --transactions 400000 --max-offsets 20000 $(BENCH_ARGS)
-	@echo "== one busy key (every transaction on one state task), 20,000 messages per batch =="
-	@$(PY) benchmarks/bench_pipeline.py --transactions 400000 --max-offsets 20000 --subscriptions 1 $(BENCH_ARGS)
+	@echo "== one busy key (every transaction on one state task), 5,000 messages per batch: 4 full batches, so a steady figure =="
+	@$(PY) benchmarks/bench_pipeline.py --transactions 400000 --max-offsets 5000 --subscriptions 1 $(BENCH_ARGS)
+
+scaling: setup  ## full pipeline at 2k/5k/20k/50k msgs/batch x 1/2/8 busy keys: tx/s, batch time, memory (~40 min; SCALING_ARGS=...)
+	@$(PY) benchmarks/scaling.py $(SCALING_ARGS)
 
 soak: setup  ## >=10 min steady load with faults: state and memory flat? (not in CI; SOAK_ARGS=...)
 	@$(PY) benchmarks/soak.py $(SOAK_ARGS)

@@ -265,6 +265,17 @@ def steady_ms(series: list[int], warmup: int = 2) -> float | None:
     return float(rest[len(rest) // 2]) if rest else None
 
 
+def steady_tx_s(metrics: Path, warmup: int = 2) -> float | None:
+    """Transactions per second over the data batches after the first ``warmup`` (the job's
+    metrics lines: each batch's transactions and duration), None when too few batches."""
+    if not metrics.exists():
+        return None
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    data = [r for r in rows if r.get("messages")][warmup:]
+    ms = sum(r["duration_ms"] for r in data)
+    return sum(r["transactions"] for r in data) / ms * 1000 if data and ms else None
+
+
 def latency_percentiles(spark: Any, path: str, pairs: dict[str, tuple[str, str]]
                         ) -> dict[str, list[float]]:
     """[p50, p99] seconds of end - start for each named pair of timestamp columns."""
@@ -448,6 +459,11 @@ def report(settings: Settings, load: dict[str, Any], results: dict[str, dict[str
     if steady_a and steady_b:
         print(f"steady state (median batch after the first two): raw {steady_a:.0f} ms, full "
               f"{steady_b:.0f} ms per batch of equal size: b/a {steady_a / steady_b:.2f}")
+    tx_s = steady_tx_s(Path(settings.location(settings.stream.metrics_file)))
+    if tx_s:
+        keys = len(settings.subscriptions)
+        print(f"full pipeline, steady state: {tx_s:,.0f} tx/s with {keys} busy "
+              f"key{'s' if keys > 1 else ''} (the batches after the first two)")
     print(f"codec vs adapya-era (whole corpus, round-robin): {codec[0]:,.0f} vs "
           f"{codec[1]:,.0f} msgs/s = {codec[0] / codec[1]:.1f}x")
 
