@@ -7,7 +7,8 @@ Run from the repository root (one process, one core)::
     .venv/bin/python benchmarks/profile_key.py --no-profile          # time and memory only
 
 The call is the job's with the direct writer (``state_stage.key_step`` with ``EarlyFiles``,
-then ``key_output``: Parquet files to a temporary folder) over the simulator's stream for one
+then ``key_output``: Parquet files to a temporary folder), the cyclic GC paused as the job
+pauses it over the simulator's stream for one
 subscription (COLOR, EBCDIC), as bench_state.py makes it: ``--per-message`` transactions per
 message and ``--c5-rate`` C5 statuses (a status every few messages, as a real stream has).
 The key's first call (the STRT and 10 messages) is a warm-up. It prints the measured call's
@@ -33,6 +34,7 @@ if str(ROOT) not in sys.path:  # run as a script
 
 from benchmarks.bench_state import WARM_UP, stream  # noqa: E402
 from pipeline.spark.engine import state_stage  # noqa: E402
+from pipeline.spark.engine.gcpause import gc_paused  # noqa: E402
 from pipeline.spark.land.datafiles import DataFiles  # noqa: E402
 from pipeline.spark.land.tables import DIRECT_TABLES  # noqa: E402
 from tests.integration.harness import (  # noqa: E402
@@ -77,24 +79,26 @@ def main(argv: list[str] | None = None) -> int:
             key = next(k for k in frames if k[1])
             now += 1000
             profile = cProfile.Profile() if call and not args.no_profile else None
-            before, started = peak_mb(), time.perf_counter()
+            before, started, cpu = peak_mb(), time.perf_counter(), time.process_time()
             if profile:
                 profile.enable()
-            early = state_stage.EarlyFiles(files, now, config.tod_offset_us)
-            done = state_stage.key_step(state, frames[key], now, config, key, decoder, True,
-                                        early)
-            state_stage.key_output(key, frames[key], done, done.result.events, now, config,
-                                   files, early)
+            with gc_paused():  # as both state APIs run the call (gcpause.py)
+                early = state_stage.EarlyFiles(files, now, config.tod_offset_us)
+                done = state_stage.key_step(state, frames[key], now, config, key, decoder,
+                                            True, early)
+                state_stage.key_output(key, frames[key], done, done.result.events, now,
+                                       config, files, early)
             if profile:
                 profile.disable()
             seconds, state = time.perf_counter() - started, done.result.state
+            cpu = time.process_time() - cpu
             if call == 0:
                 continue
             landed = len(early.times)
             landed += len(done.landed["transactions"]["tsnr"]) if done.landed else 0
             print(f"call: {len(part)} messages, {landed} transactions landed by the fast path "
                   f"({len(early.frames)} early flushes), {len(done.result.events)} events, "
-                  f"{seconds:.2f} s ({landed / seconds:,.0f} tx/s"
+                  f"{seconds:.2f} s ({landed / seconds:,.0f} tx/s; CPU {cpu:.2f} s"
                   f"{', under the profiler' if profile else ''}); peak RSS "
                   f"{before:,.0f} -> {peak_mb():,.0f} MB")
             if profile:

@@ -339,6 +339,10 @@ def _names(subscription: str, destination: str, epoch: int, tsnr: np.ndarray,
 
 
 def _unix_us(stck: np.ndarray, offset_us: int) -> list[int | None]:
-    """``tables.stck_to_unix_us`` over a column: 0 (not set) is None."""
-    us = (stck >> np.uint64(12)).astype(np.int64) - TOD_UNIX_US - offset_us
-    return [None if s == 0 else u for s, u in zip(stck.tolist(), us.tolist(), strict=True)]
+    """``tables.stck_to_unix_us`` over a column: 0 (not set) is None (rare: converted with
+    the column, then patched, not tested per value in Python)."""
+    out: list[int | None] = ((stck >> np.uint64(12)).astype(np.int64)
+                             - TOD_UNIX_US - offset_us).tolist()
+    for i in np.flatnonzero(stck == 0).tolist():
+        out[i] = None
+    return out
