@@ -176,17 +176,14 @@ def topic_messages(settings: Settings) -> dict[str, int]:
 
 
 def raw_passthrough(spark: Any, settings: Settings) -> Any:
-    """(a) Kafka → Delta with no decoding: the same source options, one append per batch."""
+    """(a) Kafka → Delta with no decoding: the job's own source (``kafka_reader``: the same
+    options), one append per batch."""
     from pyspark.sql import functions as F
 
+    from pipeline.spark.engine.query import kafka_reader
+
     st = settings.stream
-    source = (spark.readStream.format("kafka").options(**settings.kafka.spark())
-              .option("subscribe", ",".join(settings.source_topics()))
-              .option("startingOffsets", st.starting_offsets)
-              .option("maxOffsetsPerTrigger", st.max_offsets_per_trigger)
-              .option("maxRecordsPerPartition", st.source_records_per_task)
-              .option("failOnDataLoss", str(st.fail_on_data_loss).lower()).load())
-    rows = source.select("topic", "partition", "offset", "key", "value",
+    rows = kafka_reader(spark, settings).select("topic", "partition", "offset", "key", "value",
                          F.col("timestamp").alias("kafka_time"),
                          F.current_timestamp().alias("landed_at"))
     lake = settings.location(st.lake_dir)
@@ -476,7 +473,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--transactions", type=int, default=50_000, help="transactions to load")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--subscriptions", type=int, choices=range(1, 9), metavar="1..8",
-                   help="keep the template's first N subscriptions (1: one busy key)")
+                   help="busy keys: the template's first N subscriptions (1: one busy "
+                        "key), ORDERS ones added past its two")
     p.add_argument("--max-offsets", type=int, help="stream.max_offsets_per_trigger override")
     p.add_argument("--trigger", help="stream.trigger_interval override, e.g. '0 seconds'")
     p.add_argument("--shuffle-partitions", type=int, help="stream.shuffle_partitions override")

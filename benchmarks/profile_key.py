@@ -7,9 +7,9 @@ Run from the repository root (one process, one core)::
     .venv/bin/python benchmarks/profile_key.py --no-profile          # time and memory only
 
 The call is the job's with the direct writer (``state_stage.key_step`` with ``EarlyFiles``,
-then ``key_output``: Parquet files to a temporary folder), the cyclic GC paused as the job
-pauses it over the simulator's stream for one
-subscription (COLOR, EBCDIC), as bench_state.py makes it: ``--per-message`` transactions per
+then ``key_output``: Parquet files to a temporary folder; the cyclic GC paused, as the job
+pauses it) over the simulator's stream for one subscription (COLOR, EBCDIC), as
+bench_state.py makes it: ``--per-message`` transactions per
 message and ``--c5-rate`` C5 statuses (a status every few messages, as a real stream has).
 The key's first call (the STRT and 10 messages) is a warm-up. It prints the measured call's
 time, transactions per second, the growth of the process's peak RSS during it (what the call

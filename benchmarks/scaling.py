@@ -1,6 +1,6 @@
 """Scaling table: how the full pipeline's cost grows with batch size and with busy keys.
 
-Run from the repository root (not part of CI; ~25 minutes on the 2-core machine)::
+Run from the repository root (not part of CI; ~40 minutes on the 2-core machine)::
 
     .venv/bin/python benchmarks/scaling.py                          # 2k/5k/20k/50k x 1/2/8 keys
     .venv/bin/python benchmarks/scaling.py --sizes 2000,20000 --keys 2 --transactions 100000

@@ -96,6 +96,13 @@ def record_decoder(settings: Settings, lanes: Mapping[Key, int] | None = None,
 
 
 def kafka_source(spark: SparkSession, settings: Settings) -> DataFrame:
+    """The job's source: the Kafka records' coordinates, key and value."""
+    return kafka_reader(spark, settings).select("topic", "partition", "offset", "key", "value")
+
+
+def kafka_reader(spark: SparkSession, settings: Settings) -> DataFrame:
+    """Spark's Kafka source with every option conf gives it, all of Kafka's columns (also
+    what bench_pipeline's raw passthrough reads, so both phases read alike)."""
     st = settings.stream
     reader = (spark.readStream.format("kafka").options(**settings.kafka.spark())
               .option("groupIdPrefix", settings.kafka.group_id_prefix))  # for group ACLs
@@ -107,7 +114,7 @@ def kafka_source(spark: SparkSession, settings: Settings) -> DataFrame:
             .option("maxOffsetsPerTrigger", st.max_offsets_per_trigger)
             .option("maxRecordsPerPartition", st.source_records_per_task)
             .option("failOnDataLoss", str(st.fail_on_data_loss).lower())
-            .load().select("topic", "partition", "offset", "key", "value"))
+            .load())
 
 
 def build_plan(spark: SparkSession, settings: Settings,
