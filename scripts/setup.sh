@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up on a fresh machine: Python venv with the pinned packages, and the JVM jars
 # (Spark Kafka connector + Delta, hadoop-aws + the AWS SDK for s3a:// lakes, and the Kafka broker)
-# resolved by Maven from jvm/*/pom.xml.
+# resolved by Maven from jvm/*/pom.xml; and the routing scan's compiled library
+# (pipeline/urb/native), where rustc is installed.
 # Each step is skipped when its stamp is newer than its manifest. Usage: scripts/setup.sh [--tools]
 #   --tools  also install test tools from Debian (docker-compose, to validate docker-compose.yml)
 set -euo pipefail
@@ -20,6 +21,21 @@ if [ ! -f .venv/.installed ] || [ pyproject.toml -nt .venv/.installed ]; then
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -e '.[dev]'
   touch .venv/.installed
+fi
+
+# The routing scan's compiled common case (pipeline/urb/native): safe Rust, no crates, ~2 s.
+# Without rustc the job runs the pure-Python scan (same rows, slower) and says so at start.
+native_src=pipeline/urb/native/urbwalk.rs native_lib=pipeline/urb/native/liburbwalk.so
+if [ ! -f "$native_lib" ] || [ "$native_src" -nt "$native_lib" ]; then
+  RUSTC=$(command -v rustc || true)
+  [ -n "$RUSTC" ] || [ ! -x "$HOME/.cargo/bin/rustc" ] || RUSTC="$HOME/.cargo/bin/rustc"
+  if [ -n "$RUSTC" ]; then
+    say "building $native_lib with $RUSTC"
+    "$RUSTC" --edition 2021 -O -C strip=symbols --crate-type cdylib "$native_src" \
+        -o "$native_lib.tmp" && mv "$native_lib.tmp" "$native_lib"
+  else
+    say "warning: no rustc: the routing scan runs in pure Python (slower; same rows)"
+  fi
 fi
 
 resolve() {  # resolve <manifest dir> <output dir>

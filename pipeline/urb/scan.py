@@ -114,20 +114,37 @@ def scan_message(data: bytes, *, codepage: str = "cp037") -> list[ScannedElement
             plan = plans.get(eyeb)
             if plan is None:  # unknown: skipped, as the full decoder skips it (with a warning)
                 continue
-            eye, specs, binary, bare = plan
-            if bare is not None:
-                append(bare)
-                continue
-            fields = _fields(data, off, ln, specs, form.ebcdic, table,
-                             codepage) if specs else _NO_FIELDS
-            if binary:
-                fields = {**fields, **_numbers(data, off, ln, binary, form.big)}
-            append(ScannedElement(eye, fields))
+            bare = plan[3]
+            append(bare if bare is not None
+                   else _scanned(data, off, ln, plan, form, table, codepage))
     except UrbFormatError as exc:
         # The decoder may have refused the message before this point, for what the scan
         # does not look at: say what it would have said.
         raise (first_error(data, codepage=codepage) or exc) from None
     return out
+
+
+def scan_element(data: bytes, off: int, ln: int, *, codepage: str = "cp037"
+                 ) -> ScannedElement:
+    """The known element at ``off`` (``ln`` bytes) of a message whose chain a walk already
+    checked (the compiled scan, ``native``), scanned as :func:`scan_message` scans it.
+    Only for EBCDIC code pages with a Latin-1 table (those the compiled scan takes)."""
+    form = form_of(data)
+    assert form is not None, "scan_element needs a framed message"
+    plan = _PLANS[form][data[off:off + 4]]
+    table = LATIN1_TABLES[codepage] if form.ebcdic else None
+    return plan[3] or _scanned(data, off, ln, plan, form, table, codepage)
+
+
+def _scanned(data: bytes, off: int, ln: int, plan: _Plan, form: Form, table: bytes | None,
+             codepage: str) -> ScannedElement:
+    """An element with routing fields: those that fit into its ``ln`` bytes."""
+    eye, specs, binary, _bare = plan
+    fields = _fields(data, off, ln, specs, form.ebcdic, table,
+                     codepage) if specs else _NO_FIELDS
+    if binary:
+        fields = {**fields, **_numbers(data, off, ln, binary, form.big)}
+    return ScannedElement(eye, fields)
 
 
 def _fields(data: bytes, off: int, ln: int, specs: tuple[tuple[str, int, int], ...],

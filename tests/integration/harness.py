@@ -75,7 +75,8 @@ def partition_of(key: bytes | None, partitions: int) -> int:
 
 def decoder_for(config: SimConfig, codepage: str = CODEPAGE,
                 initial_state_routes: Mapping[str, str] | None = None,
-                reassembly: ReassemblyConfig | None = None) -> RecordDecoder:
+                reassembly: ReassemblyConfig | None = None,
+                native_scan: bool = True) -> RecordDecoder:
     """The decoder the job builds from conf (pipeline/spark/engine/query.py:record_decoder);
     ``initial_state_routes``: initial-state name -> subscription (conf ``initial_state``);
     ``reassembly``: routes the replies to the job's own INST requests to the asking key."""
@@ -89,7 +90,7 @@ def decoder_for(config: SimConfig, codepage: str = CODEPAGE,
             covered.setdefault(d, []).append(Covered(sub.name, sub.dbid, frozenset(sub.files)))
     return RecordDecoder(destinations, config.destinations[0].name, codepage, homes,
                          initial_state_routes, inst_routes=inst, covered=covered,
-                         control_topic=CONTROL_TOPIC)
+                         control_topic=CONTROL_TOPIC, native_scan=native_scan)
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,8 @@ from pipeline.reassembly.rows import (
 )
 from pipeline.spark.engine.gcpause import gc_paused
 from pipeline.urb import UrbFormatError, decode_message
-from pipeline.urb.scan import scan_header, scan_message
+from pipeline.urb.native import NativeRouter, Walked, load_router
+from pipeline.urb.scan import ScannedElement, scan_element, scan_header, scan_message
 
 ERROR_EYE = "!ERR"
 WARNING_EYE = "!WARN"
@@ -67,6 +68,9 @@ _SNAM_FIELD = {"URBT": "urbtsnam", "URBC": "urbcsnam", "URBE": "urbesnam"}
 Key = tuple[str, str]  # (destination, subscription)
 Target = tuple[Key, bool]  # a key an element goes to, and whether it is only an echo there
 RESTART_STATUS = frozenset({"STRT", "REST"})
+#: GFFTs route by their own fields when no element names a subscription: the compiled scan
+#: defers messages with one to the Python scan (it locates statuses, scanned here).
+_SELF_ROUTED = ("URBF",)
 HEADERS_PART, TICK_PART, CONTROL_PART = -1, -2, -3
 _RUN = struct.Struct(">IIQ")   # first URBHMSNR, last URBHMSNR, newest URBHTIME of a run
 _TICK = struct.Struct(">Q")    # newest URBHTIME on the topic
@@ -117,7 +121,8 @@ class RecordDecoder:
     an initial-state name to the one subscription whose conf names it (INST replies carry no
     subscription name); ``covered`` lists each destination's configured subscriptions (fan-out
     of STRT/REST, GFFTs without a subscription, ticks); ``control_topic`` carries operator
-    commands.
+    commands. ``native_scan`` routes plain messages with the compiled scan where it is built
+    (``pipeline.urb.native``; the same keys as the Python scan, tested); False: Python only.
     """
 
     def __init__(self, destinations: Mapping[str, str], default_destination: str,
@@ -126,7 +131,7 @@ class RecordDecoder:
                  lanes: Mapping[Key, int] | None = None,
                  inst_routes: Mapping[tuple[str, str], Key] | None = None,
                  covered: Mapping[str, Sequence[Covered]] | None = None,
-                 control_topic: str | None = None) -> None:
+                 control_topic: str | None = None, native_scan: bool = True) -> None:
         self._destinations = dict(destinations)
         self._inst_routes = dict(inst_routes or {})  # (definition, token) -> the asking key
         self._lanes = dict(lanes or {})
@@ -136,6 +141,13 @@ class RecordDecoder:
         self._control = control_topic
         self._default = default_destination
         self._codepage = codepage
+        self._native: NativeRouter | None = (
+            load_router(codepage, _SNAM_FIELD, _SELF_ROUTED) if native_scan else None)
+
+    @property
+    def native_scan(self) -> bool:
+        """Whether plain messages are routed by the compiled scan (else Python alone)."""
+        return self._native is not None
 
     @property
     def codepage(self) -> str:
@@ -158,10 +170,30 @@ class RecordDecoder:
         if topic == self._control:
             return [self._control_route(value)]
         destination = self.destination(topic)
+        walked = self._native.walk(value) if self._native is not None and value else None
+        if walked is not None:
+            return self._walked_routes(destination, value or b"", walked)
         try:  # routing needs the name fields only: the state stage decodes in full
             elements = scan_message(value or b"", codepage=self._codepage)
         except UrbFormatError as exc:
             return [(self._lane((destination, "")), destination, "", 0, str(exc))]
+        return self._keyed(destination, elements)
+
+    def _walked_routes(self, destination: str, value: bytes, walked: Walked) -> list[Route]:
+        """The routes of a message the compiled scan walked: its data elements' key, and the
+        statuses' keys (those few scanned here), in the order the Python scan finds them."""
+        if not walked.statuses:  # the common case: every element goes to one key
+            key = (destination, walked.subscription)
+            return [(self._lane(key), *key, 0, None)]
+        elements = [scan_element(value, off, ln, codepage=self._codepage)
+                    for off, ln in walked.statuses]
+        if walked.data_at >= 0:  # the data elements all take the key of the name they carry
+            elements.insert(walked.data_at,
+                            ScannedElement("URBT", {"urbtsnam": walked.subscription}))
+        return self._keyed(destination, elements)
+
+    def _keyed(self, destination: str, elements: list[Any]) -> list[Route]:
+        """One route per distinct key of the elements, in the order the keys first appear."""
         keys = list(dict.fromkeys(k for targets in self._targets(destination, elements)
                                   for k, _ in targets))
         if not keys:  # a header without elements still belongs somewhere (warnings, if any)

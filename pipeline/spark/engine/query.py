@@ -11,6 +11,7 @@ imports the floor above.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 QUERY_NAME = "urbpipe"
+log = logging.getLogger("urbpipe.query")
 
 
 def reassembly_config(settings: Settings) -> ReassemblyConfig:
@@ -126,6 +128,10 @@ def build_plan(spark: SparkSession, settings: Settings,
 
     config = reassembly_config(settings)
     decoder = record_decoder(settings, lanes, config)
+    log.info("routing scan: %s", "compiled (pipeline/urb/native) for well-formed messages, "
+             "Python for the rest" if decoder.native_scan else
+             "pure Python (pipeline/urb/native/liburbwalk.so not built: make setup builds "
+             "it where rustc is installed; same rows, slower)")
     files = data_files(settings)  # None: Spark appends every table (stream.raw_writer)
     messages = kafka_source(spark, settings).mapInArrow(arrow_decoder(decoder), spark_ddl())
     grouped = messages.groupBy("lane", "destination", "subscription")

@@ -1,0 +1,140 @@
+"""The routing scan's common case in compiled code, with the pure-Python scan as the rule.
+
+The decode stage scans every message for the names that key it (``scan.scan_message``): a
+walk of the whole element chain, ~300 elements in a 13 KB message, in Python about 0.3 ms
+per message — most of the stage (BENCHMARKS.md, "One busy key end to end"). Almost every
+message is *plain*: a well-formed chain of transaction elements (URBT, URBR, URBD, URBE,
+URBC …) whose first URBT/URBC/URBE names the subscription. For those, ``urbwalk.rs`` (this
+folder; safe Rust, no crates, built by ``make setup`` with the machine's ``rustc`` into
+``liburbwalk.so`` beside it) walks the chain and reads the name in a few microseconds.
+
+It answers nothing else: a message with a broken header or chain, an unknown eye-catcher, a
+code page without a Latin-1 table, or an element that routes by its own fields (URBS, URBF)
+makes it *defer*, and the caller runs the Python scan — so every refusal is still worded by
+the full decoder's rules, and the library never has to agree with Python on an error. Where
+the library is not built (no ``rustc`` on the machine, a cluster that ships the package as a
+zip), :func:`load_router` returns None and the job runs the Python scan alone: same rows,
+slower (the job logs which one it runs). ``tests/test_native_scan.py`` holds the two to the
+same answer on generated, mutated and random messages.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import NamedTuple
+
+from .codepages import ASCII_CODEC, LATIN1_TABLES
+from .layouts import ELEMENT_TABLES
+from .walk import FORMS, MIN_HEADER
+
+LIBRARY = Path(__file__).resolve().parent / "native" / "liburbwalk.so"
+_NAME_CAP = 64
+_STATUS_CAP = 64  # statuses one message may have for the library; more: the Python scan
+_PLAIN, _NAMED, _DEFER, _STATUS = 0, 1, 2, 3
+
+
+@lru_cache(maxsize=1)
+def _route_function(path: str) -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    """The library's entry point, or None when it is not built. PyDLL: the call holds the
+    GIL (it takes microseconds), so a router's output buffer is never shared mid-call."""
+    try:
+        lib = ctypes.PyDLL(path)
+    except OSError:
+        return None
+    fn = lib.urbwalk_route
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_char_p,
+                   ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t,
+                   ctypes.POINTER(ctypes.c_uint32), ctypes.c_size_t,
+                   ctypes.POINTER(ctypes.c_int64)]
+    fn.restype = ctypes.c_int64
+    return fn
+
+
+def _plan(eyes: Mapping[bytes, str], name_fields: Mapping[str, str],
+          deferred: Iterable[str]) -> bytes:
+    """The library's plan for one form: per known eye-catcher, 8 bytes (see urbwalk.rs)."""
+    deferred = frozenset(deferred)
+    out = bytearray()
+    for eyeb, eye in eyes.items():
+        action, at, length = _PLAIN, 0, 0
+        if eye == "URBS":
+            action = _STATUS
+        elif eye in deferred:
+            action = _DEFER
+        elif eye in name_fields:
+            at, length = next((off, ln) for off, name, _typ, ln in ELEMENT_TABLES[eye]
+                              if name == name_fields[eye])
+            action = _NAMED
+        out += eyeb + bytes((action, at, length, 0))
+    return bytes(out)
+
+
+class Walked(NamedTuple):
+    """What the library found in a well-formed message: the subscription its data elements
+    name ('' if none), its statuses' (offset, length) in order, and how many statuses come
+    before its first data element (-1: it has none)."""
+
+    subscription: str
+    statuses: list[tuple[int, int]]
+    data_at: int
+
+
+class NativeRouter:
+    """What routes a well-formed message (:class:`Walked`), or None (run the Python scan).
+
+    ``name_fields`` maps the kinds that name a message's subscription to their name field
+    (the first non-blank one wins, as ``decode_stage._subscription_of`` reads them);
+    ``deferred`` lists the kinds that route by their own fields in ways the caller does not
+    take from the library (URBF); statuses (URBS) are located, for the caller to scan.
+    """
+
+    def __init__(self, codepage: str, name_fields: Mapping[str, str],
+                 deferred: Iterable[str], path: Path = LIBRARY) -> None:
+        self._args = (codepage, dict(name_fields), tuple(deferred), path)
+        self._fn = _route_function(str(path))
+        if self._fn is None:
+            raise OSError(f"{path} is not built (make setup builds it with rustc)")
+        table = LATIN1_TABLES.get(codepage)
+        # form header bytes -> (big-endian, plan, table); EBCDIC needs a Latin-1 table
+        self._forms = {
+            head: (form.big, _plan(form.eyes, name_fields, deferred),
+                   table if form.ebcdic else None)
+            for head, form in FORMS.items() if table is not None or not form.ebcdic}
+        self._out = ctypes.create_string_buffer(_NAME_CAP)
+        self._spans = (ctypes.c_uint32 * (2 * _STATUS_CAP))()
+        self._counts = (ctypes.c_int64 * 2)()
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        """Pickled to Spark's Python workers as its arguments: the library loads there, and
+        where it is not built the worker gets None (the Python scan), not a failed task."""
+        return (load_router, self._args)
+
+    def walk(self, data: bytes) -> Walked | None:
+        """What routes ``data``; None: defer to the Python scan."""
+        if type(data) is not bytes:
+            data = bytes(data)
+        if len(data) < MIN_HEADER:
+            return None
+        found = self._forms.get(data[:4] + data[8:12])
+        if found is None:
+            return None
+        big, plan, table = found
+        spans, counts = self._spans, self._counts
+        n = self._fn(data, len(data), big, plan, len(plan), table, self._out, _NAME_CAP,
+                     spans, 2 * _STATUS_CAP, counts)
+        if n < 0:
+            return None
+        statuses = [(spans[2 * i], spans[2 * i + 1]) for i in range(counts[0])]
+        return Walked(self._out.raw[:n].decode(ASCII_CODEC), statuses, counts[1])
+
+
+def load_router(codepage: str, name_fields: Mapping[str, str], deferred: Iterable[str],
+                path: Path = LIBRARY) -> NativeRouter | None:
+    """A router, or None where the library is not built (the Python scan runs alone)."""
+    try:
+        return NativeRouter(codepage, name_fields, deferred, path)
+    except OSError:
+        return None

@@ -1,0 +1,165 @@
+//! The routing scan's common case, compiled: walk one replicator message's element chain,
+//! read the subscription name of its first URBT/URBC/URBE that names one, and say where its
+//! statuses (URBS) are, which route by their own fields (Python reads those few).
+//!
+//! Python (`pipeline/urb/native.py`) chooses the message form from the header (eye-catcher,
+//! version, byte order) and passes a *plan*: per known eye-catcher of that form, what the walk
+//! does with it. This library only answers well-formed messages; anything else — a broken
+//! header length or chain, an unknown eye-catcher, a kind the plan defers (URBF), more
+//! statuses than the caller has room for — returns `DEFER`, and the caller runs the
+//! pure-Python scan, which words every error
+//! exactly as the full decoder does. So this code never has to agree with Python on an error,
+//! only on what a well-formed plain message routes to; `tests/test_native_scan.py` holds the
+//! two to that on generated and mutated messages.
+//!
+//! Plan layout (bytes): per kind, 8 bytes: eye-catcher (4), action (1: 0 plain, 1 plain with a
+//! name field, 2 defer, 3 status), name field offset (1), name field length (1), pad (1).
+//! Safe Rust only: every read is bounds-checked; a panic is caught at the boundary (`DEFER`).
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::slice;
+
+/// The caller must run the pure-Python scan.
+pub const DEFER: i64 = -1;
+
+const MIN_HEADER: usize = 16;
+const ELEMENT_MIN: usize = 8;
+const PLAN_ENTRY: usize = 8;
+
+fn read_u32(data: &[u8], at: usize, big: bool) -> Option<u32> {
+    let b: [u8; 4] = data.get(at..at + 4)?.try_into().ok()?;
+    Some(if big { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) })
+}
+
+fn read_i32(data: &[u8], at: usize, big: bool) -> Option<i32> {
+    read_u32(data, at, big).map(|v| v as i32)
+}
+
+/// The plan entry for an eye-catcher: (action, name offset, name length).
+fn lookup(plan: &[u8], eye: &[u8]) -> Option<(u8, usize, usize)> {
+    plan.chunks_exact(PLAN_ENTRY)
+        .find(|e| &e[..4] == eye)
+        .map(|e| (e[4], e[5] as usize, e[6] as usize))
+}
+
+/// The name field's text: translated (EBCDIC, through the 256-byte table) and right-stripped
+/// of blanks and NULs, as `scan._fields` does. Written to `out`; its length returned.
+fn name_into(raw: &[u8], table: Option<&[u8]>, out: &mut [u8]) -> Option<usize> {
+    let mut n = 0;
+    for (i, &b) in raw.iter().enumerate() {
+        let c = match table {
+            Some(t) => *t.get(b as usize)?,
+            None => b,
+        };
+        *out.get_mut(i)? = c;
+        if c != b' ' && c != 0 {
+            n = i + 1;
+        }
+    }
+    Some(n)
+}
+
+/// Where a message's statuses are: (offset, length) pairs, and how many statuses precede its
+/// first plain element (-1: it has none) — the order its keys appear in.
+struct Statuses<'a> {
+    spans: &'a mut [u32],
+    count: usize,
+    plain_at: i64,
+}
+
+/// The subscription name's length (0: none named) for a well-formed message, its statuses in
+/// `st`; or `None` to defer.
+fn route(
+    data: &[u8],
+    big: bool,
+    plan: &[u8],
+    table: Option<&[u8]>,
+    out: &mut [u8],
+    st: &mut Statuses,
+) -> Option<usize> {
+    let n = data.len();
+    if n < MIN_HEADER {
+        return None;
+    }
+    let hlen = read_i32(data, 4, big)?;
+    let lent = read_u32(data, 12, big)?;
+    if lent as usize != n || hlen < MIN_HEADER as i32 || hlen as usize > n {
+        return None;
+    }
+    let mut off = hlen as usize;
+    let mut named: Option<usize> = None;
+    while off < n {
+        if n - off < ELEMENT_MIN {
+            return None;
+        }
+        let eye = data.get(off..off + 4)?;
+        let ln = read_i32(data, off + 4, big)?;
+        if ln < ELEMENT_MIN as i32 || off + ln as usize > n {
+            return None;
+        }
+        let ln = ln as usize;
+        let (action, at, len) = lookup(plan, eye)?;
+        if action < 2 && st.plain_at < 0 {
+            st.plain_at = st.count as i64;
+        }
+        match action {
+            0 => {}
+            3 => {
+                *st.spans.get_mut(2 * st.count)? = off as u32;
+                *st.spans.get_mut(2 * st.count + 1)? = ln as u32;
+                st.count += 1;
+            }
+            1 => {
+                if named.is_none() && at + len <= ln {
+                    let got = name_into(data.get(off + at..off + at + len)?, table, out)?;
+                    if got > 0 {
+                        named = Some(got);
+                    }
+                }
+            }
+            _ => return None,
+        }
+        off += ln;
+    }
+    Some(named.unwrap_or(0))
+}
+
+/// C entry point. `table` may be null (ASCII form: names read as Latin-1 bytes). Returns the
+/// subscription name's length in `out` (0: none), or `DEFER`; `spans` (room for
+/// `spans_len / 2` statuses) gets each status's (offset, length), `counts` the number of
+/// statuses and how many precede the first plain element (-1: none).
+///
+/// # Safety
+/// The pointers must be valid for the given lengths (ctypes passes `bytes` and buffers).
+#[no_mangle]
+pub unsafe extern "C" fn urbwalk_route(
+    data: *const u8,
+    n: usize,
+    big: i32,
+    plan: *const u8,
+    plan_len: usize,
+    table: *const u8,
+    out: *mut u8,
+    out_len: usize,
+    spans: *mut u32,
+    spans_len: usize,
+    counts: *mut i64,
+) -> i64 {
+    if data.is_null() || plan.is_null() || out.is_null() || spans.is_null() || counts.is_null() {
+        return DEFER;
+    }
+    let data = slice::from_raw_parts(data, n);
+    let plan = slice::from_raw_parts(plan, plan_len);
+    let table = if table.is_null() { None } else { Some(slice::from_raw_parts(table, 256)) };
+    let out = slice::from_raw_parts_mut(out, out_len);
+    let counts = slice::from_raw_parts_mut(counts, 2);
+    let mut st = Statuses { spans: slice::from_raw_parts_mut(spans, spans_len), count: 0, plain_at: -1 };
+    match catch_unwind(AssertUnwindSafe(|| route(data, big != 0, plan, table, out, &mut st))) {
+        Ok(Some(len)) => {
+            counts[0] = st.count as i64;
+            counts[1] = st.plain_at;
+            len as i64
+        }
+        _ => DEFER,
+    }
+}
