@@ -29,6 +29,7 @@ import numpy as np
 
 from pipeline.urb.codepages import LATIN1_TABLES, check_codepage
 from pipeline.urb.layouts import ALL_TABLES, STRIP
+from pipeline.urb.native import load_chain_walker
 from pipeline.urb.walk import ELEMENT_MIN, FORMS
 
 # element kinds of a plain message (0: anything else)
@@ -214,6 +215,9 @@ def _eye_codes() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 _EYE_CODES, _EYE_KINDS, _EYE_EBCDIC = _eye_codes()
+#: The compiled walk (pipeline/urb/native), loaded once per process; None: not built, the
+#: numpy walk runs alone (same arrays: tests/reassembly/test_native_walk.py).
+_NATIVE_WALK = load_chain_walker(_EYE_CODES, _EYE_KINDS, _EYE_EBCDIC)
 _FORM_KEYS = {int.from_bytes(k, "big"): (f.ebcdic, f.big) for k, f in FORMS.items()}
 
 
@@ -354,7 +358,18 @@ def _walk(reader: _Reader, pos: np.ndarray, end: np.ndarray, ok: np.ndarray,
     """Every message's element chain at once: (message, absolute offset, kind, length) of
     each element, in message order. A broken chain (``walk.elements``' rules) clears the
     message's ``ok``; an eye-catcher of the other form is a kind of its own (``OTHER``: the
-    element decoder would not know it)."""
+    element decoder would not know it). Compiled where built, else :func:`_walk_numpy`."""
+    if _NATIVE_WALK is not None:
+        found = _NATIVE_WALK(reader.buf, pos, end, ok, big, ebcdic)
+        if found is not None:
+            return found
+    return _walk_numpy(reader, pos, end, ok, big, ebcdic)
+
+
+def _walk_numpy(reader: _Reader, pos: np.ndarray, end: np.ndarray, ok: np.ndarray,
+                big: np.ndarray, ebcdic: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_walk` in numpy: one step per element position, over all messages at once."""
     pos = pos.copy()
     active = np.flatnonzero(ok & (pos < end))
     parts: list[tuple[np.ndarray, ...]] = []

@@ -163,3 +163,122 @@ pub unsafe extern "C" fn urbwalk_route(
         _ => DEFER,
     }
 }
+
+// -- the columnar reader's chain walk (pipeline/reassembly/columnar.py `_walk`) -------------
+
+/// Arrays of the columnar walk, one entry per message.
+struct Messages<'a> {
+    buf: &'a [u8],
+    pos: &'a [i64],
+    end: &'a [i64],
+    big: &'a [u8],
+    ebcdic: &'a [u8],
+}
+
+/// Known eye-catchers: big-endian code, kind, and whether it is an EBCDIC one.
+struct Eyes<'a> {
+    codes: &'a [u32],
+    kinds: &'a [i64],
+    ebcdic: &'a [u8],
+}
+
+const OTHER: i64 = 0;
+
+/// Walk message `m`'s chain: `emit(offset, kind, length)` per element; false where the chain
+/// breaks (fewer than 8 bytes left, a length below 8 or past the message's end).
+fn chain(ms: &Messages, eyes: &Eyes, m: usize, mut emit: impl FnMut(i64, i64, i64)) -> Option<bool> {
+    let (mut p, e) = (*ms.pos.get(m)?, *ms.end.get(m)?);
+    let big = *ms.big.get(m)? != 0;
+    let ebcdic = *ms.ebcdic.get(m)?;
+    while p < e {
+        if e - p < ELEMENT_MIN as i64 || p < 0 {
+            return Some(false);
+        }
+        let at = p as usize;
+        let code = u32::from_be_bytes(ms.buf.get(at..at + 4)?.try_into().ok()?);
+        let ln = read_i32(ms.buf, at + 4, big)? as i64;
+        if ln < ELEMENT_MIN as i64 || p + ln > e {
+            return Some(false);
+        }
+        let kind = eyes.codes.iter().position(|&c| c == code)
+            .filter(|&i| eyes.ebcdic.get(i) == Some(&ebcdic))
+            .and_then(|i| eyes.kinds.get(i).copied())
+            .unwrap_or(OTHER);
+        emit(p, kind, ln);
+        p += ln;
+    }
+    Some(true)
+}
+
+/// C entry point: every message's element chain (`ok` messages only), as the numpy walk
+/// gives it: per element (message, absolute offset, kind, length), in message order. With
+/// `cap` 0 it only counts (and changes nothing); else it fills the four outputs (room for
+/// `cap` elements) and clears `ok` of each message whose chain breaks. Returns the number of
+/// elements, or `DEFER` (the caller runs the numpy walk).
+///
+/// # Safety
+/// Every pointer must be valid for its length (`n` per message, `neyes` per eye-catcher,
+/// `cap` per output), as numpy arrays passed by ctypes are.
+#[no_mangle]
+pub unsafe extern "C" fn urbwalk_chains(
+    buf: *const u8, buf_len: usize, n: usize, pos: *const i64, end: *const i64, ok: *mut u8,
+    big: *const u8, ebcdic: *const u8, codes: *const u32, kinds: *const i64,
+    eye_ebcdic: *const u8, neyes: usize, out_msg: *mut i64, out_off: *mut i64,
+    out_kind: *mut i64, out_ln: *mut i64, cap: usize,
+) -> i64 {
+    let nulls = [buf as usize, pos as usize, end as usize, ok as usize, big as usize,
+                 ebcdic as usize, codes as usize, kinds as usize, eye_ebcdic as usize];
+    if nulls.contains(&0) || (cap > 0 && [out_msg as usize, out_off as usize,
+                                         out_kind as usize, out_ln as usize].contains(&0)) {
+        return DEFER;
+    }
+    let ms = Messages {
+        buf: slice::from_raw_parts(buf, buf_len), pos: slice::from_raw_parts(pos, n),
+        end: slice::from_raw_parts(end, n), big: slice::from_raw_parts(big, n),
+        ebcdic: slice::from_raw_parts(ebcdic, n),
+    };
+    let eyes = Eyes {
+        codes: slice::from_raw_parts(codes, neyes), kinds: slice::from_raw_parts(kinds, neyes),
+        ebcdic: slice::from_raw_parts(eye_ebcdic, neyes),
+    };
+    let ok = slice::from_raw_parts_mut(ok, n);
+    let outs = if cap > 0 {
+        Some((slice::from_raw_parts_mut(out_msg, cap), slice::from_raw_parts_mut(out_off, cap),
+              slice::from_raw_parts_mut(out_kind, cap), slice::from_raw_parts_mut(out_ln, cap)))
+    } else {
+        None
+    };
+    let walked = catch_unwind(AssertUnwindSafe(move || -> Option<usize> {
+        let mut count = 0usize;
+        let mut outs = outs;
+        for m in 0..n {
+            if ok[m] == 0 {
+                continue;
+            }
+            let whole = chain(&ms, &eyes, m, |off, kind, ln| {
+                if let Some((om, oo, ok_, ol)) = outs.as_mut() {
+                    if count < om.len() {
+                        om[count] = m as i64;
+                        oo[count] = off;
+                        ok_[count] = kind;
+                        ol[count] = ln;
+                    }
+                }
+                count += 1;
+            })?;
+            if outs.is_some() {
+                if count > cap {
+                    return None;
+                }
+                if !whole {
+                    ok[m] = 0;
+                }
+            }
+        }
+        Some(count)
+    }));
+    match walked {
+        Ok(Some(count)) => count as i64,
+        _ => DEFER,
+    }
+}
