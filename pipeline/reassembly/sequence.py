@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from operator import itemgetter
 
 RING = 0xFFFFFFFF  # number of valid tsnrs: 1 .. 4294967295 (0 is initial state)
 HALF = RING // 2
@@ -75,17 +76,23 @@ class DupWindow:
         self.resize(self.size)
 
     def extend(self, pairs: list[tuple[int, int]]) -> None:
-        """``add`` each pair in turn, trimming once (the fast path lands thousands a call)."""
-        if len(pairs) >= self.size:  # only the newest ``size`` stay: start afresh
-            self._entries.clear()
-            self._pairs.clear()
-            self._tsnrs.clear()
-            pairs = pairs[len(pairs) - self.size:]
-        self._entries.extend(pairs)
-        for pair in pairs:
-            _bump(self._pairs, pair, 1)
-            _bump(self._tsnrs, pair[0], 1)
-        self.resize(self.size)
+        """``add`` each pair in turn, trimming once (the fast path lands thousands a call).
+
+        Why two ways: counting a pair in and, later, out is four dict updates in Python per
+        landed transaction (~10 % of a busy key's call); recounting the whole window is done
+        in C (``Counter``). So a batch of at least a sixteenth of the window recounts it."""
+        entries = self._entries
+        entries.extend(pairs[-self.size:])
+        if len(pairs) * 16 < self.size:
+            for pair in pairs:
+                _bump(self._pairs, pair, 1)
+                _bump(self._tsnrs, pair[0], 1)
+            self.resize(self.size)
+            return
+        for _ in range(len(entries) - self.size):
+            entries.popleft()
+        self._pairs = dict(Counter(entries))
+        self._tsnrs = dict(Counter(map(itemgetter(0), entries)))
 
     def resize(self, size: int) -> None:
         """Apply a (possibly changed) configured size, forgetting the oldest entries."""

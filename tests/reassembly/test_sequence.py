@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline.reassembly.events import (
     DuplicateDropped,
@@ -56,6 +58,22 @@ def test_window_forgets_oldest_and_counts_repeats() -> None:
     assert not w.contains(2, 20) and not w.contains_tsnr(2)
     assert w.contains(1, 10)          # the first (1, 10) left, the repeat is still inside
     assert DupWindow.from_obj(3, w.to_obj()) == w
+
+
+@settings(max_examples=300, deadline=None)
+@given(size=st.sampled_from([16, 17, 64, 100]),
+       batches=st.lists(st.lists(st.tuples(st.integers(1, 40), st.integers(0, 3)),
+                                 max_size=250), max_size=8))
+def test_window_extend_is_adding_one_by_one(size: int, batches: list) -> None:
+    """``extend`` (a recount in C for big batches, counting in and out for small ones) keeps
+    the window and its counts exactly as adding the pairs one at a time does."""
+    fast, slow = DupWindow(size), DupWindow(size)
+    for pairs in batches:
+        fast.extend(pairs)
+        for tsnr, fp in pairs:
+            slow.add(tsnr, fp)
+        assert fast == slow and fast._pairs == slow._pairs and fast._tsnrs == slow._tsnrs
+        assert all(fast.contains(t, f) for t, f in pairs[-size:])
 
 
 NEWEST, NEWER, OLDER = 5_000, 6_000, 4_000  # commit times: the newest placed, one after, before
