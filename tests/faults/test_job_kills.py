@@ -149,16 +149,19 @@ def test_kill9_repeatedly_under_steady_load_then_exact_rows(kafka_bootstrap: str
                  START_S + 120, "a new commit after restart", job=job, poll_s=0.1)
         kill("just after a commit")
 
-        # 5. maintain beside the last run, while it lands the backlog of the kills
+        # 5. maintain beside the last run, while it lands the backlog of the kills. The load
+        # ends first: the backlog (minutes of load the killed runs left unread) keeps the job
+        # appending and MERGEing through maintain, and once maintain is done only that
+        # backlog's tail is left to land, not what a load still running would add meanwhile.
         job.start()
         before = last_batch(ck, "commits")
         wait_for(lambda: last_batch(ck, "commits") > before, START_S,
                  "a commit after the last restart", job=job)
+        load.finish()
+        expected = len(expected_transactions(load.sent))
         commits = _job_commits(lake)
         live_code, live = _maintain(conf)
         during = _job_commits(lake) - commits
-        load.finish()
-        expected = len(expected_transactions(load.sent))
         wait_for(lambda: landed_count(settings) >= expected, START_S + 180,
                  f"all {expected} transactions landed", job=job, poll_s=1.0)
         settled = last_batch(ck, "commits")
