@@ -12,15 +12,22 @@ It answers nothing else: a message with a broken header or chain, an unknown eye
 code page without a Latin-1 table, or an element that routes by its own fields (URBS, URBF)
 makes it *defer*, and the caller runs the Python scan — so every refusal is still worded by
 the full decoder's rules, and the library never has to agree with Python on an error. Where
-the library is not built (no ``rustc`` on the machine, a cluster that ships the package as a
-zip), :func:`load_router` returns None and the job runs the Python scan alone: same rows,
-slower (the job logs which one it runs). ``tests/test_native_scan.py`` holds the two to the
-same answer on generated, mutated and random messages.
+the package is imported from a zip (``spark-submit --py-files``), the library inside it is
+copied to a temporary file and loaded from there. Where it is not built (no ``rustc`` on the
+machine) or cannot load (another platform), :func:`load_router` returns None and the job runs
+the Python scan alone: same rows, slower (the job logs which one it runs).
+``tests/integration/test_native_routing.py`` holds the two to the same answer on generated,
+mutated and random messages; ``tests/reassembly/test_native_walk.py`` does the same for the
+columnar reader's chain walk (:class:`ChainWalker`), the library's second entry point.
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import os
+import pkgutil
+import tempfile
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -38,13 +45,45 @@ _STATUS_CAP = 64  # statuses one message may have for the library; more: the Pyt
 _PLAIN, _NAMED, _DEFER, _STATUS = 0, 1, 2, 3
 
 
-@lru_cache(maxsize=1)
-def _route_function(path: str) -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    """The library's entry point, or None when it is not built. PyDLL: the call holds the
-    GIL (it takes microseconds), so a router's output buffer is never shared mid-call."""
+@lru_cache(maxsize=4)
+def _library(path: str) -> ctypes.PyDLL | None:
+    """The library at ``path``, loaded once per process; None where it cannot be loaded.
+    PyDLL: a call holds the GIL (it takes microseconds), so a caller's output buffers are
+    never shared mid-call."""
+    for candidate in (path, _unzipped(path)):
+        if candidate is not None:
+            try:
+                return ctypes.PyDLL(candidate)
+            except OSError:
+                continue
+    return None
+
+
+def _unzipped(path: str) -> str | None:
+    """Where the package was imported from a zip (``spark-submit --py-files``, README "Running
+    on a real cluster"), the library inside it, copied to a file of its own: the dynamic
+    loader reads only real files. Only for the package's own library."""
+    if path != str(LIBRARY) or Path(path).exists():
+        return None
     try:
-        lib = ctypes.PyDLL(path)
+        data = pkgutil.get_data(__package__ or "pipeline.urb", "native/liburbwalk.so")
     except OSError:
+        return None
+    if not data:
+        return None
+    target = Path(tempfile.gettempdir()) / (
+        f"urbpipe-{hashlib.sha256(data).hexdigest()[:16]}-liburbwalk.so")
+    if not target.exists():  # written whole, then renamed: another worker may race us
+        partial = target.with_name(f"{target.name}.{os.getpid()}")
+        partial.write_bytes(data)
+        partial.replace(target)
+    return str(target)
+
+
+def _route_function(path: str) -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    """The routing scan's entry point, or None when the library is not built."""
+    lib = _library(path)
+    if lib is None:
         return None
     fn = lib.urbwalk_route
     fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_char_p,
@@ -135,10 +174,10 @@ class NativeRouter:
 
 def _chains_function(path: str) -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     """The columnar walk's entry point (see urbwalk.rs), or None when it is not built."""
-    try:
-        fn = ctypes.PyDLL(path).urbwalk_chains
-    except OSError:
+    lib = _library(path)
+    if lib is None:
         return None
+    fn = lib.urbwalk_chains
     p = ctypes.c_void_p
     fn.argtypes = [p, ctypes.c_size_t, ctypes.c_size_t, p, p, p, p, p, p, p, p,
                    ctypes.c_size_t, p, p, p, p, ctypes.c_size_t]

@@ -10,8 +10,11 @@ Python with itself, so they fail instead of skipping.
 
 from __future__ import annotations
 
+import os
 import pickle
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -133,3 +136,20 @@ def test_pickled_to_a_worker(tmp_path: Path) -> None:
     assert router is not None
     router._args = (*router._args[:3], tmp_path / "none.so")  # as on a worker without it
     assert pickle.loads(pickle.dumps(router)) is None
+
+
+def test_loaded_from_the_zip_spark_submit_ships(tmp_path: Path) -> None:
+    """README's cluster recipe ships the package as a zip (``--py-files``): the library
+    inside it is loaded from a copy, not lost to the Python scan."""
+    archive = tmp_path / "pipeline.zip"
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-m", "zipfile", "-c", str(archive), "pipeline"],
+                   cwd=root, check=True)
+    probe = ("import pipeline.urb.native as n, pipeline.reassembly.columnar as c; "
+             "print(n.__file__); print(n.load_router('cp037', {}, ()) is not None, "
+             "c._NATIVE_WALK is not None)")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, check=True,
+                         capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(archive)}).stdout.split("\n")
+    assert out[0].startswith(str(archive)), out  # imported from the zip, not the tree
+    assert out[1] == "True True", out
