@@ -9,7 +9,7 @@ CONF ?= conf/local.yaml
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
 
-setup:  ## venv + pinned packages + Maven jars (idempotent)
+setup:  ## venv + pinned packages + Maven jars + the compiled scan (rustc; idempotent)
 	@scripts/setup.sh
 
 jars:  ## resolve the JVM jars (Spark connector + Delta, Kafka broker) with Maven
