@@ -98,13 +98,13 @@ def _route_function(path: str) -> ctypes._CFuncPtr | None:  # type: ignore[name-
 
 
 def _plan(eyes: Mapping[bytes, str], name_fields: Mapping[str, str],
-          deferred: Iterable[str]) -> bytes:
+          deferred: Iterable[str], located: Iterable[str]) -> bytes:
     """The library's plan for one form: per known eye-catcher, 8 bytes (see urbwalk.rs)."""
-    deferred = frozenset(deferred)
+    deferred, located = frozenset(deferred), frozenset(located)
     out = bytearray()
     for eyeb, eye in eyes.items():
         action, at, length = _PLAIN, 0, 0
-        if eye == "URBS":
+        if eye in located:
             action = _STATUS
         elif eye in deferred:
             action = _DEFER
@@ -132,19 +132,21 @@ class NativeRouter:
     ``name_fields`` maps the kinds that name a message's subscription to their name field
     (the first non-blank one wins, as ``decode_stage._subscription_of`` reads them);
     ``deferred`` lists the kinds that route by their own fields in ways the caller does not
-    take from the library (URBF); statuses (URBS) are located, for the caller to scan.
+    take from the library (URBF); ``located`` the kinds whose places it reports, for the
+    caller to scan (URBS: statuses route by their own fields; at most 64 per message).
     """
 
     def __init__(self, codepage: str, name_fields: Mapping[str, str],
-                 deferred: Iterable[str], path: Path = LIBRARY) -> None:
-        self._args = (codepage, dict(name_fields), tuple(deferred), path)
+                 deferred: Iterable[str], located: Iterable[str] = (),
+                 path: Path = LIBRARY) -> None:
+        self._args = (codepage, dict(name_fields), tuple(deferred), tuple(located), path)
         self._fn = _route_function(str(path))
         if self._fn is None:
             raise OSError(f"{path} is not built (make setup builds it with rustc)")
         table = LATIN1_TABLES.get(codepage)
         # form header bytes -> (big-endian, plan, table); EBCDIC needs a Latin-1 table
         self._forms = {
-            head: (form.big, _plan(form.eyes, name_fields, deferred),
+            head: (form.big, _plan(form.eyes, name_fields, deferred, located),
                    table if form.ebcdic else None)
             for head, form in FORMS.items() if table is not None or not form.ebcdic}
         self._out = ctypes.create_string_buffer(_NAME_CAP)
@@ -241,9 +243,10 @@ def load_chain_walker(codes: np.ndarray, kinds: np.ndarray, ebcdic: np.ndarray,
 
 
 def load_router(codepage: str, name_fields: Mapping[str, str], deferred: Iterable[str],
+                located: Iterable[str] = (),
                 path: Path = LIBRARY) -> NativeRouter | None:
     """A router, or None where the library is not built (the Python scan runs alone)."""
     try:
-        return NativeRouter(codepage, name_fields, deferred, path)
+        return NativeRouter(codepage, name_fields, deferred, located, path)
     except OSError:
         return None

@@ -131,10 +131,10 @@ def test_pickled_to_a_worker(tmp_path: Path) -> None:
     """Spark pickles the decoder to its Python workers: the library loads there, and a worker
     without it gets the Python scan, not a failed task."""
     assert pickle.loads(pickle.dumps(NATIVE)).native_scan
-    assert load_router("cp037", {"URBT": "urbtsnam"}, (), tmp_path / "none.so") is None
+    assert load_router("cp037", {"URBT": "urbtsnam"}, (), (), tmp_path / "none.so") is None
     router = decoders()[0]._native
     assert router is not None
-    router._args = (*router._args[:3], tmp_path / "none.so")  # as on a worker without it
+    router._args = (*router._args[:-1], tmp_path / "none.so")  # as on a worker without it
     assert pickle.loads(pickle.dumps(router)) is None
 
 

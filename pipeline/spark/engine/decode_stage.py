@@ -69,8 +69,9 @@ Key = tuple[str, str]  # (destination, subscription)
 Target = tuple[Key, bool]  # a key an element goes to, and whether it is only an echo there
 RESTART_STATUS = frozenset({"STRT", "REST"})
 #: GFFTs route by their own fields when no element names a subscription: the compiled scan
-#: defers messages with one to the Python scan (it locates statuses, scanned here).
-_SELF_ROUTED = ("URBF",)
+#: defers messages with one to the Python scan. Statuses route by their own fields too: it
+#: locates them, and they are scanned here.
+_SELF_ROUTED, _STATUSES = ("URBF",), ("URBS",)
 HEADERS_PART, TICK_PART, CONTROL_PART = -1, -2, -3
 _RUN = struct.Struct(">IIQ")   # first URBHMSNR, last URBHMSNR, newest URBHTIME of a run
 _TICK = struct.Struct(">Q")    # newest URBHTIME on the topic
@@ -142,7 +143,7 @@ class RecordDecoder:
         self._default = default_destination
         self._codepage = codepage
         self._native: NativeRouter | None = (
-            load_router(codepage, _SNAM_FIELD, _SELF_ROUTED) if native_scan else None)
+            load_router(codepage, _SNAM_FIELD, _SELF_ROUTED, _STATUSES) if native_scan else None)
 
     @property
     def native_scan(self) -> bool:
