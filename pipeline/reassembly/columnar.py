@@ -74,7 +74,8 @@ class Transactions:
     Per message (index as given): ``plain``, ``htime`` (URBHTIME; 0 when
     not plain) and ``tx_start``/``tx_end``, the range of its transactions. Per transaction,
     per record and per image: numpy columns named after their DSECT fields, plus the
-    decoded character fields and the image payloads as Python lists.
+    decoded character fields and the image payloads as object arrays (str, bytes): sliced
+    and joined as numpy, handed to Arrow without a Python list in between.
     """
 
     plain: np.ndarray
@@ -84,11 +85,11 @@ class Transactions:
     tx: dict[str, np.ndarray]
     rec: dict[str, np.ndarray]
     img: dict[str, np.ndarray]
-    token: list[str]
-    rec_type: list[str]
-    rec_errc: list[str]
-    img_type: list[str]
-    payloads: list[bytes]
+    token: np.ndarray
+    rec_type: np.ndarray
+    rec_errc: np.ndarray
+    img_type: np.ndarray
+    payloads: np.ndarray
 
     def messages(self, start: int, stop: int) -> Transactions:
         """Messages ``start`` to ``stop`` (exclusive) alone, as ``decode`` of just them
@@ -185,17 +186,18 @@ class _Chars:
         data = raw.translate(self.table) if ebcdic else raw
         return data.decode("latin-1").rstrip(STRIP).strip()
 
-    def column(self, raw: np.ndarray, ebcdic: np.ndarray) -> list[str]:
-        """One string per row of ``raw`` (n × width bytes), each distinct value decoded once."""
+    def column(self, raw: np.ndarray, ebcdic: np.ndarray) -> np.ndarray:
+        """One string per row of ``raw`` (n × width bytes), each distinct value decoded once
+        (an object array)."""
         if not len(raw):
-            return []
+            return np.zeros(0, dtype=object)
         keyed = np.ascontiguousarray(np.column_stack([ebcdic.astype(np.uint8), raw]))
         width = keyed.shape[1]
         void = keyed.view(f"V{width}").ravel()
         uniq, inverse = np.unique(void, return_inverse=True)
         texts = np.array([self.text(bytes(u)[1:], bool(bytes(u)[0])) for u in uniq],
                          dtype=object)
-        return texts[inverse.ravel()].tolist()
+        return texts[inverse.ravel()]
 
     def flag(self, raw: np.ndarray, ebcdic: np.ndarray) -> np.ndarray:
         """One-byte indicators: True only for 'Y' (``ElementRow.flag``)."""
@@ -314,8 +316,15 @@ def decode(values: Sequence[bytes], codepage: str, max_buffered_bytes: int) -> T
         rec_type=chars.column(r_block.raw("urbrtyp"), r_ebc),
         rec_errc=chars.column(r_block.raw("urbrerrc"), r_ebc),
         img_type=chars.column(d_block.raw("urbdtyp"), d_ebc),
-        payloads=[joined[a:b] for a, b in zip(d_start.tolist(), d_end.tolist(), strict=True)],
+        payloads=_slices(joined, d_start, d_end),
     )
+
+
+def _slices(joined: bytes, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """``joined[start[i]:end[i]]`` for each i, as an object array of bytes."""
+    out = np.empty(len(start), dtype=object)
+    out[:] = [joined[a:b] for a, b in zip(start.tolist(), end.tolist(), strict=True)]
+    return out
 
 
 def _mark(bad: np.ndarray, msg: np.ndarray, where: np.ndarray) -> None:

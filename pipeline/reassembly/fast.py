@@ -46,15 +46,9 @@ import numpy as np
 
 from pipeline.reassembly import columnar
 from pipeline.reassembly.config import ReassemblyConfig
+from pipeline.reassembly.landed import Chunk, LandedRun
 from pipeline.reassembly.sequence import RING
 from pipeline.reassembly.state import KeyState
-from pipeline.reassembly.tables import (
-    IMAGE_COLUMNS,
-    RECORD_COLUMNS,
-    TRANSACTION_COLUMNS,
-    Columns,
-)
-from pipeline.urb.stck import TOD_UNIX_US
 
 _FINGERPRINT = struct.Struct(">QII")
 
@@ -74,13 +68,13 @@ class Incoming:
 @dataclass(frozen=True, slots=True)
 class FastResult:
     """``state``: what to hand to ``step`` with the items from ``consumed`` on (the state
-    given, untouched, when nothing was taken); ``columns``: the landed transactions' tables
-    (``tables.transaction_columns``' shape), to come before ``step``'s; ``landed``: how
+    given, untouched, when nothing was taken); ``run``: the landed transactions (their
+    tables' columns: ``landed.landed_columns``), to come before ``step``'s; ``landed``: how
     many transactions."""
 
     state: KeyState | None
     consumed: int
-    columns: Columns | None
+    run: LandedRun | None
     landed: int
 
 
@@ -116,6 +110,7 @@ class Resume:
         self._items, self._now, self._config = items, now_ms, config
         self._key, self._codepage = key, codepage
         self._decoded: columnar.Transactions | None = None
+        self._chunk: Chunk | None = None
         self._index: list[int] = []  # positions (in items) of the decoded messages
         self._stops: list[int] = []  # those of them not plain, ascending
         self._read = 0  # items[:_read] are decoded (the messages among them)
@@ -139,8 +134,9 @@ class Resume:
         assert self._decoded is not None and self._index[first] == pos
         decoded = self._decoded.messages(first, last)
         index = [i - pos for i in self._index[first:last]]
+        assert self._chunk is not None
         return _take(state, state, items[pos:], decoded, index, self._now, self._config,
-                     self._key)
+                     (self._chunk, int(self._decoded.tx_start[first])))
 
     def _next_stop(self, pos: int) -> int | None:
         """The first decoded non-plain message at or after ``pos``."""
@@ -157,16 +153,19 @@ class Resume:
                                                 self._config.max_buffered_bytes, first)
         self._decoded = decoded
         self._index = [pos + i for i in index]
+        self._chunk = Chunk.of(decoded, [(self._items[i].topic, self._items[i].partition,
+                                          self._items[i].offset) for i in self._index])
         self._stops = [self._index[i] for i in np.flatnonzero(~decoded.plain).tolist()]
         self._read = pos + walked
 
 
 def _take(st: KeyState, given: KeyState | None, items: Sequence[Incoming],
           decoded: columnar.Transactions, index: list[int], now_ms: int,
-          config: ReassemblyConfig, key: tuple[str, str]) -> FastResult:
+          config: ReassemblyConfig, within: tuple[Chunk, int]) -> FastResult:
     """Land the leading plain, in-sequence messages of ``decoded`` (the messages at
     ``index`` in ``items``, up to a non-plain one or the end of ``items``) into ``st``
-    (the state to change: ``given`` or its clone); ``given`` back when nothing is taken."""
+    (the state to change: ``given`` or its clone); ``given`` back when nothing is taken.
+    ``within``: the chunk ``decoded`` was sliced from, and its first transaction there."""
     nothing = FastResult(given, 0, None, 0)
     st.window.resize(config.duplicate_window)
     plain = int(np.argmin(decoded.plain)) if not decoded.plain.all() else len(index)
@@ -187,9 +186,8 @@ def _take(st: KeyState, given: KeyState | None, items: Sequence[Incoming],
     st.discard = None
     st.epoch_fresh = False
     st.count("landed", landed)
-    columns = _columns(decoded, landed, [items[i] for i in index[:messages]], key, st.epoch,
-                       now_ms, config.tod_offset_us)
-    return FastResult(st, consumed, columns, landed)
+    chunk, t0 = within
+    return FastResult(st, consumed, LandedRun(chunk, t0, t0 + landed, st.epoch), landed)
 
 
 #: messages decoded first; the chunk grows fourfold while every message in it is plain
@@ -278,71 +276,3 @@ def _place(st: KeyState, d: columnar.Transactions, fps: list[int]) -> None:
     newest = int(d.tx["urbtttim"][:count].max())
     if newest:
         st.newest_commit = max(st.newest_commit or 0, newest)
-
-
-def _columns(d: columnar.Transactions, landed: int, messages: Sequence[Incoming],
-             key: tuple[str, str], epoch: int, now_ms: int, offset_us: int) -> Columns:
-    """The landed transactions' three tables, as ``tables.transaction_columns`` makes them
-    from ``TransactionComplete`` events (times as Unix µs, None for an unset STCK)."""
-    destination, subscription = key
-    tx, rec, img = d.tx, d.rec, d.img
-    nrec = int(np.searchsorted(rec["tx"], landed))
-    nimg = int(np.searchsorted(img["tx"], landed))
-    msg_of = np.repeat(np.arange(len(messages)), (d.tx_end - d.tx_start)[:len(messages)])
-    topics = [messages[m].topic for m in msg_of.tolist()]
-    partitions = [messages[m].partition for m in msg_of.tolist()]
-    offsets = [messages[m].offset for m in msg_of.tolist()]
-    tsnr = tx["urbttsnr"][:landed].tolist()
-    images = np.bincount(img["tx"][:nimg], minlength=landed)
-    transactions = {
-        "subscription": [subscription] * landed, "destination": [destination] * landed,
-        "epoch": [epoch] * landed, "tsnr": tsnr, "dbid": tx["urbtdbid"][:landed].tolist(),
-        "record_count": tx["urbtrcnt"][:landed].tolist(),
-        "commit_time": _unix_us(tx["urbtttim"][:landed], offset_us),
-        "processed_time": _unix_us(tx["urbtptim"][:landed], offset_us),
-        "sent_time": _unix_us(d.htime[:len(messages)][msg_of], offset_us),
-        "initial_state": tx["urbtinst"][:landed].tolist(), "resent": [False] * landed,
-        "possibly_resent": [False] * landed, "origin": ["live"] * landed,
-        "token": d.token[:landed], "topic": topics, "first_partition": partitions,
-        "first_offset": offsets, "last_partition": partitions, "last_offset": offsets,
-        "image_count": images.tolist(), "landed_at": [now_ms * 1000] * landed,
-    }
-    rec_tx, img_tx = rec["tx"][:nrec], img["tx"][:nimg]
-    records = {
-        **_names(subscription, destination, epoch, tx["urbttsnr"], rec_tx),
-        "rsnr": rec["urbrrsnr"][:nrec].tolist(), "fnr": rec["urbrfnr"][:nrec].tolist(),
-        "isn": rec["urbrisn"][:nrec].tolist(), "type": d.rec_type[:nrec],
-        "resend": rec["urbrrsnd"][:nrec].tolist(), "rsp": rec["urbrrsp"][:nrec].tolist(),
-        "subcode": rec["urbrsubc"][:nrec].tolist(),
-        "record_time": _unix_us(rec["urbrtime"][:nrec], offset_us),
-        "dcnt": rec["urbrdcnt"][:nrec].tolist(), "errc": d.rec_errc[:nrec],
-    }
-    images_cols = {
-        **_names(subscription, destination, epoch, tx["urbttsnr"], img_tx),
-        "rsnr": img["rsnr"][:nimg].tolist(), "dsnr": img["urbddsnr"][:nimg].tolist(),
-        "image_type": d.img_type[:nimg], "payload": d.payloads[:nimg],
-        "acode": tx["urbtacod"][img_tx].tolist(), "wcode": tx["urbtwcod"][img_tx].tolist(),
-        "arc": tx["urbtarc"][img_tx].tolist(),
-    }
-    assert tuple(transactions) == TRANSACTION_COLUMNS
-    return {"transactions": transactions,
-            "records": {name: records[name] for name in RECORD_COLUMNS},
-            "images": {name: images_cols[name] for name in IMAGE_COLUMNS}}
-
-
-def _names(subscription: str, destination: str, epoch: int, tsnr: np.ndarray,
-           of: np.ndarray) -> dict[str, list]:
-    """The key columns a transaction's records and images repeat."""
-    n = len(of)
-    return {"subscription": [subscription] * n, "destination": [destination] * n,
-            "epoch": [epoch] * n, "tsnr": tsnr[of].tolist()}
-
-
-def _unix_us(stck: np.ndarray, offset_us: int) -> list[int | None]:
-    """``tables.stck_to_unix_us`` over a column: 0 (not set) is None (rare: converted with
-    the column, then patched, not tested per value in Python)."""
-    out: list[int | None] = ((stck >> np.uint64(12)).astype(np.int64)
-                             - TOD_UNIX_US - offset_us).tolist()
-    for i in np.flatnonzero(stck == 0).tolist():
-        out[i] = None
-    return out

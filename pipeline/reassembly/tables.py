@@ -41,6 +41,7 @@ from functools import partial
 from itertools import repeat
 
 from pipeline.payload import spark_ddl
+from pipeline.reassembly.column import Column, concat, pylist
 from pipeline.reassembly.events import (
     UNPLACED,
     BufferLimitExceeded,
@@ -88,7 +89,8 @@ _INST_COLUMNS = {"initial_state": None, "dbid": None, "fnr": None, "isns": None,
                  "request_id": None}
 
 Rows = dict[str, list[dict]]
-Columns = dict[str, dict[str, list]]
+#: table -> column -> values (``column.Column``: a list, or a numpy array from the fast path)
+Columns = dict[str, dict[str, Column]]
 
 #: The tables a landed transaction fills, and their columns in table order. They are built
 #: as columns (``transaction_columns``): the direct writer turns them into Arrow arrays as
@@ -158,7 +160,7 @@ def events_to_tables(events: Iterable[Event], now_ms: int, tod_offset_us: int = 
 
 def join_columns(first: Columns, then: Columns) -> Columns:
     """The transaction tables of ``first`` followed by those of ``then``, column by column."""
-    return {table: {name: [*values, *then[table][name]] for name, values in cols.items()}
+    return {table: {name: concat((values, then[table][name])) for name, values in cols.items()}
             for table, cols in first.items()}
 
 
@@ -208,12 +210,12 @@ def _extend(columns: dict[str, list], names: Iterable[str], values: Iterable[obj
         columns[name].extend(repeat(value, n))
 
 
-def columns_to_rows(table: str, columns: Mapping[str, list],
+def columns_to_rows(table: str, columns: Mapping[str, Column],
                     keep: Iterable[int] | None = None) -> list[dict]:
     """Row dicts of one transaction table (all rows, or those at the ``keep`` positions),
     times as UTC datetimes."""
     names = list(columns)
-    cols = [columns[name] for name in names]
+    cols = [pylist(columns[name]) for name in names]
     times = [names.index(name) for name in TIME_COLUMNS[table]]
     source = zip(*cols, strict=True) if keep is None else ([c[i] for c in cols] for i in keep)
     rows = []

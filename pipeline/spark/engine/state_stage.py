@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
@@ -30,8 +31,10 @@ import orjson
 import pandas as pd
 
 from pipeline.reassembly import KeyState, MachineRun, ReassemblyConfig, StepResult, step
+from pipeline.reassembly.column import pylist
 from pipeline.reassembly.events import TransactionComplete
 from pipeline.reassembly.fast import Incoming, Resume
+from pipeline.reassembly.landed import LandedRun, landed_columns
 from pipeline.reassembly.rows import ElementRow
 from pipeline.reassembly.tables import (
     Columns,
@@ -164,7 +167,7 @@ def key_step(current: KeyState | None, frames: Iterable[pd.DataFrame], now_ms: i
     items = _fast_items([rows[i] for i in order])
     run = MachineRun(current, now_ms, config, key)
     machine = _MachineFeed(run, cols, names, decoder)
-    landed = _Landed(flush)
+    landed = _Landed(flush, key, now_ms, config.tod_offset_us)
     pos = 0
     for start, end in _readable_runs(items):
         machine.feed(order[pos:start])  # rows the fast path cannot read, in their place
@@ -173,7 +176,7 @@ def key_step(current: KeyState | None, frames: Iterable[pd.DataFrame], now_ms: i
                   Resume(readable, now_ms, config, key, decoder.codepage))
         pos = end
     machine.feed(order[pos:])
-    return KeyStep(run.finish(), _joined(landed.segments), machine.rejected())
+    return KeyStep(run.finish(), landed.columns(), machine.rejected())
 
 
 def _fast_run(items: list[Incoming], positions: list[int], run: MachineRun,
@@ -184,9 +187,9 @@ def _fast_run(items: list[Incoming], positions: list[int], run: MachineRun,
     while at < len(items):
         taken = fast_path.take(run.state, at)
         if taken.consumed:
-            assert taken.state is not None and taken.columns is not None
+            assert taken.state is not None and taken.run is not None
             run.replace_state(taken.state)
-            landed.add(taken.columns, taken.landed)
+            landed.add(taken.run)
             at += taken.consumed
             continue
         after = at + 1  # the message, and the ticks after it (the fast path starts at one)
@@ -197,20 +200,27 @@ def _fast_run(items: list[Incoming], positions: list[int], run: MachineRun,
 
 
 class _Landed:
-    """The fast path's landed columns of one call as they gather; ``flush`` (if any) takes
-    them every ``FLUSH_TRANSACTIONS``."""
+    """The fast path's landed runs of one call as they gather; ``flush`` (if any) takes
+    their columns every ``FLUSH_TRANSACTIONS`` (built per chunk: ``landed.landed_columns``)."""
 
-    def __init__(self, flush: Callable[[Columns], None] | None) -> None:
-        self._flush = flush
-        self.segments: list[Columns] = []
-        self.held = 0
+    def __init__(self, flush: Callable[[Columns], None] | None, key: tuple[str, str],
+                 now_ms: int, offset_us: int) -> None:
+        self._flush, self._key, self._now, self._offset = flush, key, now_ms, offset_us
+        self._runs: list[LandedRun] = []
+        self._held = 0
 
-    def add(self, columns: Columns, transactions: int) -> None:
-        self.segments.append(columns)
-        self.held += transactions
-        if self._flush is not None and self.held >= FLUSH_TRANSACTIONS:
-            self._flush(_joined(self.segments))  # type: ignore[arg-type]
-            self.segments, self.held = [], 0
+    def add(self, run: LandedRun) -> None:
+        self._runs.append(run)
+        self._held += run.transactions
+        if self._flush is not None and self._held >= FLUSH_TRANSACTIONS:
+            self._flush(self.columns())  # type: ignore[arg-type]
+            self._runs, self._held = [], 0
+
+    def columns(self) -> Columns | None:
+        """The columns of the runs not flushed yet (None: none)."""
+        if not self._runs:
+            return None
+        return landed_columns(self._runs, self._key, self._now, self._offset)
 
 
 def _readable_runs(items: list[Incoming | None]) -> list[tuple[int, int]]:
@@ -222,19 +232,6 @@ def _readable_runs(items: list[Incoming | None]) -> list[tuple[int, int]]:
             runs.append((start, end))
         start = end
     return runs
-
-
-def _joined(segments: list[Columns]) -> Columns | None:
-    """The fast path's landed columns of one call, segment after segment (None: none)."""
-    if not segments:
-        return None
-    out = {table: {name: list(values) for name, values in cols.items()}
-           for table, cols in segments[0].items()}
-    for columns in segments[1:]:
-        for table, cols in columns.items():
-            for name, values in cols.items():
-                out[table][name].extend(values)
-    return out
 
 
 class _MachineFeed:
@@ -327,11 +324,13 @@ def to_output(tables: dict[str, list[dict[str, Any]]]) -> pd.DataFrame:
 
 def landed_times(landed: Columns | None) -> list[tuple[int | None, ...]]:
     """The fast path's landed transactions' commit/processed/sent times (Unix µs)."""
-    fast = landed["transactions"] if landed is not None else {}
+    if landed is None:
+        return []
+    fast = landed["transactions"]
     # tuples, not a list per transaction: the metrics row leaves as JSON, where both are
     # arrays
-    return list(zip(fast.get("commit_time", ()), fast.get("processed_time", ()),
-                    fast.get("sent_time", ()), strict=True))
+    return list(zip(*(pylist(fast[name])
+                      for name in ("commit_time", "processed_time", "sent_time")), strict=True))
 
 
 def key_stats(key: tuple[str, str], frames: list[pd.DataFrame], state: KeyState | None,
@@ -355,13 +354,15 @@ def key_stats(key: tuple[str, str], frames: list[pd.DataFrame], state: KeyState 
 
 def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int,
                  stats: dict[str, Any] | None = None, files: DataFiles | None = None,
-                 tod_offset_us: int = 0, landed: Columns | None = None) -> pd.DataFrame:
+                 tod_offset_us: int = 0, landed: Columns | None = None,
+                 batch_id: int | None = None) -> pd.DataFrame:
     """One call's output frame: the events' table rows plus the decoder's rejected records,
     quarantined at the batch's processing time, plus the call's ``stats`` row (table
     ``STATS_TABLE``: read by the sink for the metrics, never landed). With ``files`` (the
     direct writer) the bulk tables' rows are written as Parquet here and the frame carries
     their file descriptions instead (``pipeline.spark.land.datafiles``). Shared by both state
-    APIs. ``landed``: the transactions the fast path landed, ahead of the events'."""
+    APIs. ``landed``: the transactions the fast path landed, ahead of the events'.
+    ``batch_id``: the files' batch (default: the task's, ``task_batch_id``)."""
     if files is None:
         tables, columns = events_to_rows(events, now_ms, tod_offset_us, landed), {}
     else:  # the landed transactions' tables as columns, for Arrow
@@ -372,26 +373,60 @@ def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int,
     if stats is not None:
         tables[STATS_TABLE] = [{**stats, "landed_us": now_ms * 1000}]
     if files is not None:
-        tables = files.split(tables, columns, task_batch_id())
+        tables = files.split(tables, columns,
+                             task_batch_id() if batch_id is None else batch_id)
     return to_output(tables)
 
 
 class EarlyFiles:
     """``key_step``'s ``flush`` with the direct writer: the fast path's landed transactions
     written as Parquet files as they gather, so a busy key's call holds at most
-    ``FLUSH_TRANSACTIONS`` of them as Python rows. Their output frames (the files'
-    descriptions, committed by the sink with the batch's other files, exactly as the call's
-    last ones) and their times (for the metrics row) are kept for the call's output."""
+    ``FLUSH_TRANSACTIONS`` of them (twice that while a write runs). Their output frames (the
+    files' descriptions, committed by the sink with the batch's other files, exactly as the
+    call's last ones) and their times (for the metrics row) are kept for the call's output.
+
+    Each set of files is written on a thread of its own while the call goes on: a key's
+    call is one task on one core, and pyarrow releases the GIL while it encodes Parquet,
+    so the writes (~15 % of a busy key's call, BENCHMARKS.md) run beside it, on a core the
+    key's task left idle. One write at a time: the next waits for the one before. A write
+    that fails raises in the call, at the next flush or at ``frames``, as it did inline."""
 
     def __init__(self, files: DataFiles, now_ms: int, tod_offset_us: int) -> None:
         self._files, self._now, self._tod = files, now_ms, tod_offset_us
-        self.frames: list[pd.DataFrame] = []
+        self._done: list[pd.DataFrame] = []
+        self._writing: Future[pd.DataFrame] | None = None
+        self._pool: ThreadPoolExecutor | None = None
         self.times: list[tuple[int | None, ...]] = []
 
     def __call__(self, columns: Columns) -> None:
         self.times += landed_times(columns)
-        self.frames.append(batch_output([], [], self._now, None, self._files, self._tod,
-                                        columns))
+        batch_id = task_batch_id()  # the task's property, read on the task's own thread
+        self._wait()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="urbpipe-early-files")
+        self._writing = self._pool.submit(batch_output, [], [], self._now, None, self._files,
+                                          self._tod, columns, batch_id)
+
+    @property
+    def frames(self) -> list[pd.DataFrame]:
+        """The output frames of every file set, all written (the thread ended)."""
+        try:
+            self._wait()
+        finally:
+            self.close()
+        return self._done
+
+    def close(self) -> None:
+        """End the thread (after the write under way, if any) without raising: for a call
+        that failed before its output (``frames`` raises a write's error)."""
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+    def _wait(self) -> None:
+        if self._writing is not None:
+            writing, self._writing = self._writing, None
+            self._done.append(writing.result())
 
 
 def key_output(key: tuple[str, str], frames: list[pd.DataFrame], done: KeyStep,
@@ -422,18 +457,22 @@ def state_function(config: ReassemblyConfig, decoder: RecordDecoder,
         with gc_paused():  # pipeline/spark/engine/gcpause.py: a batch's garbage has no cycles
             current = KeyState.from_bytes(state.get[0]) if state.exists else None
             early = EarlyFiles(files, now_ms, config.tod_offset_us) if files else None
-            done = key_step(current, pdfs, now_ms, config, (key[-2], key[-1]), decoder, fast,
-                            early)
-            result = done.result
-            if result.state is None:
-                state.remove()
-            else:
-                state.update((result.state.to_bytes(),))
-            # PySpark keeps an old timeout armed unless every call sets or clears it.
-            if result.next_timeout_ms is not None and result.next_timeout_ms > now_ms:
-                state.setTimeoutDuration(result.next_timeout_ms - now_ms)
-            out = key_output((key[-2], key[-1]), pdfs, done, result.events, now_ms, config,
-                             files, early)
+            try:
+                done = key_step(current, pdfs, now_ms, config, (key[-2], key[-1]), decoder,
+                                fast, early)
+                result = done.result
+                if result.state is None:
+                    state.remove()
+                else:
+                    state.update((result.state.to_bytes(),))
+                # PySpark keeps an old timeout armed unless every call sets or clears it.
+                if result.next_timeout_ms is not None and result.next_timeout_ms > now_ms:
+                    state.setTimeoutDuration(result.next_timeout_ms - now_ms)
+                out = key_output((key[-2], key[-1]), pdfs, done, result.events, now_ms,
+                                 config, files, early)
+            finally:
+                if early is not None:
+                    early.close()
         yield out
 
     return reassemble

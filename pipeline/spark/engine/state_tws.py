@@ -122,6 +122,16 @@ class ReassemblyProcessor(StatefulProcessor):
         # from a state with one (fast.easy_state): the spilled images stay step's business
         early = EarlyFiles(self.files, now_ms, self.config.tod_offset_us) if self.files \
             else None
+        try:
+            return self._land(key, now_ms, current, spilled, frames, early)
+        finally:
+            if early is not None:
+                early.close()
+
+    def _land(self, key: Any, now_ms: int, current: KeyState | None,
+              spilled: tuple[int, int, int, int] | None, frames: list[pd.DataFrame],
+              early: EarlyFiles | None) -> pd.DataFrame:
+        """The call's step, state and output (``early``: the direct writer's early files)."""
         done = key_step(current, frames, now_ms, self.config, (key[-2], key[-1]),
                         self.decoder, self.fast, early)
         result = done.result

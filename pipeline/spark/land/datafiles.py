@@ -103,7 +103,7 @@ class DataFiles:
         files: list[dict[str, Any]] = []
         for table, cols in columns.items():
             subs = cols["subscription"]
-            if not subs:
+            if not len(subs):
                 continue
             files.append(self._write(table, [pa.array(cols[f.name], f.type)
                                              for f in arrow_schema(table) if f.name in cols],
