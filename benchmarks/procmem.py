@@ -63,8 +63,20 @@ class TreeMemory:
     largest_worker_mb: float = 0.0
 
 
+def is_python_worker(cmdline: str) -> bool:
+    """A PySpark worker (``python -m pyspark.daemon`` and the workers it forks), not another
+    child of the JVM: Hadoop's local file system shells out (``chmod``, ``readlink``, through
+    ``jspawnhelper``), and such a child, sampled between its spawn and its exec, shares the
+    JVM's memory and shows the JVM's cmdline and RSS. Counted as a worker, it read as a
+    1.5-1.7 GB "largest worker" in two of seventeen runs (BENCHMARKS.md, "The landed
+    columns as arrays")."""
+    exe, _, args = cmdline.partition(" ")
+    return Path(exe).name.startswith("python") and "pyspark" in args
+
+
 def sample_tree(root: int) -> TreeMemory:
-    """RSS of the driver's Python (``root``), its JVM(s), and the Python workers below them."""
+    """RSS of the driver's Python (``root``), its JVM(s), and the Python workers below them
+    (``is_python_worker``: the JVM's other children are not counted)."""
     mem = TreeMemory(driver_python_mb=_rss_mb(root))
     children = _children_map()
     for pid in children.get(root, []):
@@ -74,11 +86,13 @@ def sample_tree(root: int) -> TreeMemory:
         todo = list(children.get(pid, []))
         while todo:  # pyspark.daemon and the workers it forked
             worker = todo.pop()
+            todo.extend(children.get(worker, []))
+            if not is_python_worker(_cmdline(worker)):
+                continue
             rss = _rss_mb(worker)
             mem.python_workers_mb += rss
             mem.python_workers += 1
             mem.largest_worker_mb = max(mem.largest_worker_mb, rss)
-            todo.extend(children.get(worker, []))
     return mem
 
 

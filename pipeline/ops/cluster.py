@@ -268,7 +268,18 @@ def stop_job(job: subprocess.Popen, timeout_s: float = 120.0) -> int | None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(job.pid, signal.SIGKILL)  # whatever outlived it
     job.wait(30)
+    _wait_group_gone(job.pid, 10.0)
     return code
+
+
+def _wait_group_gone(pgid: int, timeout_s: float) -> None:
+    """Until no process of group ``pgid`` is alive (or ``timeout_s``): a SIGKILL is
+    delivered asynchronously, and a child orphaned by the job's bash (reparented, not ours
+    to wait for) can still be running for a moment after ``killpg`` returns — on a busy
+    machine long enough for a check right after the stop to find it."""
+    deadline = time.monotonic() + timeout_s
+    while group_processes(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 # -- make cluster-demo ----------------------------------------------------------------------
