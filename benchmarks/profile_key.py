@@ -32,8 +32,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script
     sys.path.insert(0, str(ROOT))
 
+import pandas as pd  # noqa: E402
+
 from benchmarks.bench_state import WARM_UP, stream  # noqa: E402
+from pipeline.reassembly import KeyState, ReassemblyConfig  # noqa: E402
 from pipeline.spark.engine import state_stage  # noqa: E402
+from pipeline.spark.engine.decode_stage import RecordDecoder  # noqa: E402
 from pipeline.spark.engine.gcpause import gc_paused  # noqa: E402
 from pipeline.spark.land.datafiles import DataFiles  # noqa: E402
 from pipeline.spark.land.tables import DIRECT_TABLES  # noqa: E402
@@ -47,6 +51,33 @@ from tests.integration.harness import (  # noqa: E402
 
 def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def direct_files(folder: str) -> DataFiles:
+    """The direct writer into ``folder`` (one subfolder per table), no mirrors."""
+    files = DataFiles(paths={t: f"{folder}/{t}" for t in DIRECT_TABLES}, stats_columns=32,
+                      mirror_subscriptions=frozenset(), mirror_statuses=frozenset())
+    for path in files.paths.values():
+        Path(path).mkdir(parents=True)
+    return files
+
+
+def job_call(state: KeyState | None, frames: list[pd.DataFrame], now: int,
+             config: ReassemblyConfig, key: tuple[str, str], decoder: RecordDecoder,
+             files: DataFiles) -> tuple[state_stage.KeyStep, state_stage.EarlyFiles]:
+    """One key's call as the job makes it with the direct writer and the fast path."""
+    with gc_paused():  # as both state APIs run the call (gcpause.py)
+        early = state_stage.EarlyFiles(files, now, config.tod_offset_us)
+        done = state_stage.key_step(state, frames, now, config, key, decoder, True, early)
+        state_stage.key_output(key, frames, done, done.result.events, now, config, files,
+                               early)
+    return done, early
+
+
+def fast_landed(done: state_stage.KeyStep, early: state_stage.EarlyFiles) -> int:
+    """Transactions the call's fast path landed (flushed early, and the rest)."""
+    rest = len(done.landed["transactions"]["tsnr"]) if done.landed else 0
+    return len(early.times) + rest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,10 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     config = default_reassembly(tod_offset_us=rep.config.tod_offset_us)
     decoder = decoder_for(rep.config)
     with tempfile.TemporaryDirectory() as folder:
-        files = DataFiles(paths={t: f"{folder}/{t}" for t in DIRECT_TABLES}, stats_columns=32,
-                          mirror_subscriptions=frozenset(), mirror_statuses=frozenset())
-        for path in files.paths.values():
-            Path(path).mkdir(parents=True)
+        files = direct_files(folder)
         state, now = None, 1_750_000_000_000
         for call, part in enumerate((records[:WARM_UP], records[WARM_UP:])):
             frames = group_frames(message_rows(decoder, part), call, 0, 10_000)
@@ -82,20 +110,14 @@ def main(argv: list[str] | None = None) -> int:
             before, started, cpu = peak_mb(), time.perf_counter(), time.process_time()
             if profile:
                 profile.enable()
-            with gc_paused():  # as both state APIs run the call (gcpause.py)
-                early = state_stage.EarlyFiles(files, now, config.tod_offset_us)
-                done = state_stage.key_step(state, frames[key], now, config, key, decoder,
-                                            True, early)
-                state_stage.key_output(key, frames[key], done, done.result.events, now,
-                                       config, files, early)
+            done, early = job_call(state, frames[key], now, config, key, decoder, files)
             if profile:
                 profile.disable()
             seconds, state = time.perf_counter() - started, done.result.state
             cpu = time.process_time() - cpu
             if call == 0:
                 continue
-            landed = len(early.times)
-            landed += len(done.landed["transactions"]["tsnr"]) if done.landed else 0
+            landed = fast_landed(done, early)
             print(f"call: {len(part)} messages, {landed} transactions landed by the fast path "
                   f"({len(early.frames)} early flushes), {len(done.result.events)} events, "
                   f"{seconds:.2f} s ({landed / seconds:,.0f} tx/s; CPU {cpu:.2f} s"

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
-import resource
 import sys
 import tempfile
 import time
@@ -31,17 +30,11 @@ if str(ROOT) not in sys.path:  # run as a script
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_pipeline import BENCH_DIR  # noqa: E402
+from benchmarks.profile_key import direct_files, fast_landed, job_call, peak_mb  # noqa: E402
 from pipeline.config import Settings, load_settings  # noqa: E402
 from pipeline.spark.engine import state_stage  # noqa: E402
-from pipeline.spark.engine.gcpause import gc_paused  # noqa: E402
 from pipeline.spark.engine.query import reassembly_config, record_decoder  # noqa: E402
-from pipeline.spark.land.datafiles import DataFiles  # noqa: E402
-from pipeline.spark.land.tables import DIRECT_TABLES  # noqa: E402
 from tests.integration.harness import KafkaRecord, group_frames, message_rows  # noqa: E402
-
-
-def peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def read_topic(settings: Settings, count: int) -> list[KafkaRecord]:
@@ -80,10 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     records = read_topic(settings, args.batch * args.calls)
     print(f"read {len(records)} messages of run {args.run}", flush=True)
     with tempfile.TemporaryDirectory() as folder:
-        files = DataFiles(paths={t: f"{folder}/{t}" for t in DIRECT_TABLES}, stats_columns=32,
-                          mirror_subscriptions=frozenset(), mirror_statuses=frozenset())
-        for path in files.paths.values():
-            Path(path).mkdir(parents=True)
+        files = direct_files(folder)
         state, now = None, 1_795_000_000_000
         for call in range(args.calls):
             part = records[call * args.batch:(call + 1) * args.batch]
@@ -94,17 +84,11 @@ def main(argv: list[str] | None = None) -> int:
             before, started = peak_mb(), time.perf_counter()
             if profile:
                 profile.enable()
-            with gc_paused():  # as both state APIs run the call (gcpause.py)
-                early = state_stage.EarlyFiles(files, now, config.tod_offset_us)
-                done = state_stage.key_step(state, frames[key], now, config, key, decoder,
-                                            True, early)
-                state_stage.key_output(key, frames[key], done, done.result.events, now,
-                                       config, files, early)
+            done, early = job_call(state, frames[key], now, config, key, decoder, files)
             if profile:
                 profile.disable()
             seconds, state = time.perf_counter() - started, done.result.state
-            landed = len(early.times)
-            landed += len(done.landed["transactions"]["tsnr"]) if done.landed else 0
+            landed = fast_landed(done, early)
             print(f"call {call}: key {key[1]}, {len(part)} messages, {landed} transactions "
                   f"by the fast path, {len(done.result.events)} events, {seconds:.2f} s "
                   f"({landed / seconds:,.0f} tx/s); peak RSS {before:,.0f} -> "

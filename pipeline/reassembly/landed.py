@@ -50,8 +50,8 @@ class Chunk:
         topics = np.empty(len(coordinates), dtype=object)
         topics[:] = [c[0] for c in coordinates]
         return cls(decoded, topics,
-                   np.array([c[1] for c in coordinates], dtype=np.int64).reshape(-1),
-                   np.array([c[2] for c in coordinates], dtype=np.int64).reshape(-1))
+                   np.array([c[1] for c in coordinates], dtype=np.int64),
+                   np.array([c[2] for c in coordinates], dtype=np.int64))
 
 
 @dataclass(frozen=True, slots=True)
