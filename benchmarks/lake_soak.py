@@ -18,6 +18,7 @@ and the last row of each phase side by side.
 A full run (2,000 batches per phase) takes well over two hours on the 2-core machine: a batch
 there costs 3-6 s, not the trigger's 2 (BENCHMARKS.md "Lake soak"). The phases can run as two
 processes side by side (``--phases off`` and ``--phases on``, each with ``--keep-broker``).
+Where the batches' time went, per window of batches: ``benchmarks/lake_soak_report.py``.
 """
 
 from __future__ import annotations
