@@ -8,8 +8,10 @@ import pytest
 from pipeline.config import ConfigError, Settings, interval_ms, load_settings
 from pipeline.spark.land.log_growth import (
     WARN_ADDED_MS,
+    WARN_COMMIT_LISTS,
     added_commit_ms,
     advice,
+    commit_lists,
     retained_commits,
 )
 from pipeline.spark.land.tables import log_retention, table_properties
@@ -50,6 +52,18 @@ def test_hours_of_retention_at_a_seconds_trigger_stay_quiet() -> None:
     settings = _settings(delta_log_retention_days=0.25, trigger_interval="5 seconds")
     assert retained_commits(0.25, 5000) == 4320
     assert added_commit_ms(4320) < WARN_ADDED_MS and advice(settings) is None
+
+
+def test_an_s3_lake_is_warned_in_list_requests_per_commit() -> None:
+    s3 = {"lake_dir": "s3a://lake/adabas", "trigger_interval": "5 seconds"}
+    text = advice(_settings(delta_log_retention_days=30, **s3))
+    assert text is not None and "518,400 commits" in text
+    assert "~1,037 S3 LIST requests" in text and "ms per 1,000 files" not in text
+    # 6 hours at 5 s: 4,320 commits, 9 requests per commit: quiet on S3, as on a local lake
+    assert commit_lists(4320) == 9 <= WARN_COMMIT_LISTS
+    assert advice(_settings(delta_log_retention_days=0.25, **s3)) is None
+    # a day: 17,280 commits, 35 requests per commit
+    assert "~35 S3 LIST requests" in (advice(_settings(delta_log_retention_days=1, **s3)) or "")
 
 
 def test_a_fraction_of_a_day_reaches_delta_as_hours() -> None:

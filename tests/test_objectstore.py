@@ -86,6 +86,8 @@ def test_a_local_lake_needs_no_s3a_settings(tmp_path: Path) -> None:
      "credentials never come from the conf file"),
     ({"spark": {"conf": {"spark.hadoop.fs.s3a.bucket.lake.access.key": "x"}}},
      "credentials never come from the conf file"),
+    ({"spark": {"conf": {"spark.hadoop.delta.enableFastS3AListFrom": "True"}}},
+     "NoSuchMethodError"),
 ])
 def test_credentials_never_from_the_file_and_endpoints_checked(tmp_path: Path, section: dict,
                                                                message: str) -> None:

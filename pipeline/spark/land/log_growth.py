@@ -10,8 +10,13 @@ Delta finds a table's newest version by listing that folder, at every commit. Me
 (``benchmarks/delta_log_growth.py``, BENCHMARKS.md "Delta log growth"): on the local file
 system an append's time grows by about 20 ms per 1,000 files in the folder — one listing of
 the whole folder per commit — with four files per commit (the JSON, the CRC and Hadoop's
-checksum of each). HDFS and object stores list too (S3 in pages of 1,000 keys); their cost per
-file was not measured here, so the estimate below is the local file system's.
+checksum of each). HDFS lists the whole folder too (its cost per file was not measured here,
+so the estimate for it is the local file system's). On ``s3a://`` Delta's
+``S3SingleDriverLogStore`` lists the whole folder at every commit as well, in LIST requests of
+1,000 keys, two keys per commit (the JSON and Delta's CRC; S3A writes no Hadoop checksums):
+the warning counts the requests, since no S3 is reachable from here to time one. Delta's
+start-after listing (``delta.enableFastS3AListFrom``) would bound it, but fails with the jars
+the product ships (``pipeline.config``, refused there).
 
 The job does not change the retention on its own (analysts' time travel and the change feed's
 readers depend on it): it says at start what the conf will cost, when that is more than
@@ -21,6 +26,7 @@ readers depend on it): it says at start what the conf will cost, when that is mo
 from __future__ import annotations
 
 from pipeline.config import Settings, interval_ms
+from pipeline.objectstore import is_object_store
 
 #: Measured on the local file system (benchmarks/delta_log_growth.py): ms per commit per 1,000
 #: files in ``_delta_log``, and files each commit leaves there.
@@ -28,6 +34,11 @@ MS_PER_1000_FILES = 20.0
 FILES_PER_COMMIT = 4
 #: Warn when the steady-state log adds more than this to every commit of a table.
 WARN_ADDED_MS = 500.0
+#: On S3: keys each commit leaves in ``_delta_log``, keys per LIST request, and the LIST
+#: requests per commit above which the job warns.
+S3_KEYS_PER_COMMIT = 2
+S3_KEYS_PER_LIST = 1000
+WARN_COMMIT_LISTS = 10
 
 _DAY_MS = 86_400_000
 
@@ -43,19 +54,31 @@ def added_commit_ms(commits: int) -> float:
 
 
 def advice(settings: Settings, trigger_interval: str | None = None) -> str | None:
-    """A warning for the job's start when the steady-state log slows every commit by more
-    than ``WARN_ADDED_MS``; None otherwise. ``trigger_interval``: the one the job runs with
-    (``--trigger``), else conf's."""
+    """A warning for the job's start when the steady-state log slows every commit (by more
+    than ``WARN_ADDED_MS``; on S3, by more than ``WARN_COMMIT_LISTS`` LIST requests); None
+    otherwise. ``trigger_interval``: the one the job runs with (``--trigger``), else conf's."""
     stream = settings.stream
     trigger = trigger_interval or stream.trigger_interval
     commits = retained_commits(stream.delta_log_retention_days, interval_ms(trigger))
+    held = (f"each bulk table's _delta_log will hold ~{commits:,} commits "
+            f"(stream.delta_log_retention_days {stream.delta_log_retention_days:g} at a "
+            f"{trigger} trigger): Delta lists that folder at every commit, which adds ")
+    lower = (" Lower stream.delta_log_retention_days or raise stream.trigger_interval for a "
+             "job that runs for weeks.")
+    if is_object_store(settings.location(stream.lake_dir)):
+        lists = commit_lists(commits)
+        if lists <= WARN_COMMIT_LISTS:
+            return None
+        return (f"{held}~{lists:,} S3 LIST requests of {S3_KEYS_PER_LIST:,} keys to each "
+                f"commit of each table once the log is full." + lower)
     added = added_commit_ms(commits)
     if added <= WARN_ADDED_MS:
         return None
-    return (f"each bulk table's _delta_log will hold ~{commits:,} commits "
-            f"(stream.delta_log_retention_days {stream.delta_log_retention_days:g} at a "
-            f"{trigger} trigger): Delta lists that folder at every commit, which adds "
-            f"~{added / 1000:,.1f} s to each commit of each table once the log is full "
+    return (f"{held}~{added / 1000:,.1f} s to each commit of each table once the log is full "
             f"(measured on a local file system: {MS_PER_1000_FILES:g} ms per 1,000 files, "
-            f"BENCHMARKS.md 'Delta log growth'). Lower stream.delta_log_retention_days or "
-            f"raise stream.trigger_interval for a job that runs for weeks.")
+            f"BENCHMARKS.md 'Delta log growth')." + lower)
+
+
+def commit_lists(commits: int) -> int:
+    """S3 LIST requests of one listing of a log of ``commits`` commits."""
+    return -(-commits * S3_KEYS_PER_COMMIT // S3_KEYS_PER_LIST)
