@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.soak import read_records  # noqa: E402
 from pipeline.spark.land.tables import DIRECT_TABLES  # noqa: E402
 
 
@@ -106,8 +107,7 @@ def report(run: Path, window: int) -> list[str]:
     samples = json.loads(saved.read_text())["samples"] if saved.exists() else []
     for phase_dir in sorted(p for p in run.iterdir() if (p / "metrics.jsonl").exists()):
         phase = phase_dir.name
-        records = [json.loads(line) for line in
-                   (phase_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        records = read_records(phase_dir / "metrics.jsonl")
         lines += [f"## {run.name} phase {phase}: {len(records):,} batches", ""]
         mine = [s for s in samples if s["phase"] == phase]
         if mine:
