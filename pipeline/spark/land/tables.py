@@ -4,18 +4,21 @@
 so a gap's current state is its row with the greatest (batch_id, seq).
 
 Column names follow ``pipeline.reassembly.tables`` (the rows the state machine emits); each
-table here adds ``batch_id`` (the streaming batch that landed the row) for lineage. All tables
-live under one lake location (``stream.lake_dir``/<table>), optionally also registered in a
-catalog schema (``stream.catalog_schema``).
+table here adds ``batch_id`` (the streaming batch that landed the row) for lineage; every
+column carries its comment (``pipeline.spark.land.dictionary``). All tables live under one lake
+location (``stream.lake_dir``/<table>); the catalog names them (``pipeline.spark.land.catalog``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import cache
 from typing import TYPE_CHECKING
 
 from pipeline.config import Settings
+from pipeline.spark.land.comments import commented, ensure_comments, marker, sql_text
+from pipeline.spark.land.dictionary import comments
 from pipeline.typed.widening import TablePlan, alter_target, table_plan, widen_steps
 
 if TYPE_CHECKING:
@@ -91,6 +94,12 @@ SCHEMAS: dict[str, str] = {
         "dbid int, fnr int, status string, stale_kinds string, reason string, since timestamp, "
         "file_name string, version bigint, truncated_before timestamp, event_id string, "
         "st string, action string, run_id string, updated_at timestamp, seq int"),
+    # The consistency watermark per (destination, subscription), after each batch whose
+    # commits moved it (pipeline/spark/land/watermark.py): its latest row by computed_at.
+    "watermarks": (
+        "subscription string, destination string, watermark timestamp, landed_max timestamp, "
+        "held_by string, open_gaps int, gap_ids array<string>, gap_floors array<timestamp>, "
+        "computed_at timestamp"),
 }
 BLOB_COLUMN = {"images": "payload", "status_events": "data", "quarantine": "raw",
                "layouts": "raw"}
@@ -198,28 +207,32 @@ def table_properties(settings: Settings, table: str) -> dict[str, str]:
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
-    """Create every table (empty, with its schema and properties) so analysts can query before
-    data lands; bring tables made by an older version or conf up to date."""
+    """Create every table (empty, with its schema, column comments and properties) so analysts
+    can query before data lands; bring tables made by an older version or conf up to date."""
     from delta.tables import DeltaTable
     from pyspark.sql.types import StructType
 
     for table, ddl in SCHEMAS.items():
-        props = table_properties(settings, table)
         schema = StructType.fromDDL(f"{ddl}, batch_id bigint")
+        notes = comments(table, schema.fieldNames())
+        props = {**table_properties(settings, table), **marker(notes)}
+        schema = commented(schema, notes)
         path = table_path(settings, table)
         builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
         for key, value in props.items():
             builder = builder.property(key, value)
-        if settings.stream.catalog_schema:
-            builder = builder.tableName(f"{settings.stream.catalog_schema}.{table}")
         builder.execute()
         add_missing_columns(spark, path, schema)
-        set_properties(spark, path, props)
+        have = properties_of(spark, path)
+        ensure_comments(spark, path, notes, have)  # a table made before comments existed
+        set_properties(spark, path, props, have)
 
 
-def set_properties(spark: SparkSession, path: str, props: dict[str, str]) -> None:
-    """Set the properties that differ (one commit, none when all match)."""
-    have = properties_of(spark, path)
+def set_properties(spark: SparkSession, path: str, props: dict[str, str],
+                   have: Mapping[str, str] | None = None) -> None:
+    """Set the properties that differ (one commit, none when all match); ``have``: the
+    table's properties if the caller just read them."""
+    have = properties_of(spark, path) if have is None else have
     changed = {k: v for k, v in props.items() if have.get(k) != v}
     if changed:
         pairs = ", ".join(f"'{k}' = '{v}'" for k, v in sorted(changed.items()))
@@ -243,7 +256,9 @@ def add_missing_columns(spark: SparkSession, path: str, schema: StructType) -> N
     have = set(DeltaTable.forPath(spark, path).toDF().columns)
     missing = [f for f in schema.fields if f.name not in have]
     if missing:
-        cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+        cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}"
+                         + (f" COMMENT {sql_text(f.metadata['comment'])}"
+                            if "comment" in f.metadata else "") for f in missing)
         spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({cols})")
 
 

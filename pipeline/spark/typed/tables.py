@@ -19,9 +19,11 @@ from pipeline.spark.land.tables import (
     CHANGE_FEED,
     SCHEMAS,
     lifetime_properties,
+    properties_of,
     set_properties,
     table_path,
 )
+from pipeline.spark.typed import comments
 from pipeline.typed.decoding import DecodeSpec
 
 if TYPE_CHECKING:
@@ -95,6 +97,12 @@ def history_ddl(lay: Layout, values: str | None = None) -> str:
                       "batch_id bigint"])
 
 
+def table_kinds(lay: Layout) -> dict[str, str]:
+    """Each of a layout's table names → its kind (changes, current, tombstones, history)."""
+    return {changes_table(lay): "changes", current_table(lay): "current",
+            tombstones_table(lay): "tombstones", history_table(lay): "history"}
+
+
 def typed_tables(lay: Layout) -> list[tuple[str, str]]:
     """(name, DDL) of every table a layout writes."""
     tables = [(changes_table(lay), change_ddl(lay)), (current_table(lay), current_ddl(lay))]
@@ -158,18 +166,19 @@ class TypedTableSet:
 
         settings = self._settings
         for lay in settings.layouts:
+            kinds = table_kinds(lay)
             for name, ddl in typed_tables(lay):
                 path = table_path(settings, name)
                 if path in self._created:
                     continue
-                props = typed_properties(settings, name)
-                builder = (DeltaTable.createIfNotExists(spark).location(path)
-                           .addColumns(StructType.fromDDL(ddl)))
+                schema, noted = comments.created(lay, kinds[name], StructType.fromDDL(ddl))
+                props = {**typed_properties(settings, name), **noted}
+                builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
                 for key, value in props.items():
                     builder = builder.property(key, value)
-                if settings.stream.catalog_schema:
-                    builder = builder.tableName(f"{settings.stream.catalog_schema}.{name}")
                 builder.execute()
-                # a table made by an older version or conf: its properties brought up to date
-                set_properties(spark, path, props)
+                # a table made by an older version or conf: comments and properties current
+                have = properties_of(spark, path)
+                comments.ensure_table(spark, lay, kinds[name], path, schema, have)
+                set_properties(spark, path, props, have)
                 self._created.add(path)
