@@ -1,0 +1,96 @@
+"""The consistency watermark through the real batch writer and Delta tables: held while a
+batch's commits are in progress (a later step of the batch fails after the raw tables
+committed: readers still see the previous watermark; the retried batch moves it), stopped
+before an open gap and moved past it when the gap fills, across a restart of the step (the
+marks read back from the table), in both writers (Spark appends, the driver's direct commit)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import Settings
+from pipeline.spark.land.batch_writer import LandedBatch, batch_writer
+from pipeline.spark.land.raw import RawTables
+from pipeline.spark.land.tables import OUTPUT_DDL, STATS_TABLE, ensure_tables, table_path
+from pipeline.spark.land.watermark import Watermarks
+
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+US = 1_000_000
+
+
+def _us(tsnr: int) -> int:
+    """Commit time of tsnr: T0 + tsnr minutes (Unix µs)."""
+    return int((T0 + timedelta(minutes=tsnr)).timestamp()) * US
+
+
+def _frame(spark, tsnrs: list[int], gaps: list[tuple[str, int, str]] = ()):
+    """A batch as the state stage emits it: the transactions' rows, gap transitions
+    (gap id, tsnr, state) and the state call's metrics row with the commit times."""
+    rows = []
+    for t in tsnrs:
+        when = (T0 + timedelta(minutes=t)).isoformat()
+        rows.append(("transactions", json.dumps({
+            "subscription": "COLOR", "destination": "OUT1", "epoch": 1, "tsnr": t,
+            "commit_time": when, "landed_at": when, "origin": "live"}), None))
+    for seq, (gap_id, t, state) in enumerate(gaps):
+        rows.append(("gaps", json.dumps({
+            "subscription": "COLOR", "destination": "OUT1", "epoch": 1, "gap_id": gap_id,
+            "from_tsnr": t, "to_tsnr": t, "state": state, "kind": "tsnr", "seq": seq}), None))
+    stats = {"destination": "OUT1", "subscription": "COLOR", "bytes": 0, "open_gaps": 0,
+             "times_us": [[_us(t), None, None] for t in tsnrs], "landed_us": 0}
+    rows.append((STATS_TABLE, json.dumps(stats), None))
+    return spark.createDataFrame(rows, OUTPUT_DDL)
+
+
+class Boom:
+    """A later step of the batch that fails (a typed MERGE, a Kafka send …)."""
+
+    lap = None
+
+    def land(self, batch: LandedBatch) -> dict[str, int]:
+        raise RuntimeError("failed after the raw tables committed")
+
+
+def _watermark(spark, settings: Settings) -> datetime | None:
+    rows = (spark.read.format("delta").load(table_path(settings, "watermarks"))
+            .orderBy("computed_at", ascending=False).limit(1).collect())
+    return rows[0]["watermark"].replace(tzinfo=UTC) if rows and rows[0]["watermark"] else None
+
+
+def _count(spark, settings: Settings, table: str) -> int:
+    return spark.read.format("delta").load(table_path(settings, table)).count()
+
+
+@pytest.mark.parametrize("writer", ["spark", "direct"])
+def test_held_while_commits_are_in_progress_and_never_past_an_open_gap(
+        spark, test_settings: Settings, tmp_path: Path, writer: str) -> None:
+    stream = test_settings.stream.model_copy(update={
+        "lake_dir": str(tmp_path / "lake"), "raw_writer": "spark"})
+    settings = test_settings.model_copy(update={"stream": stream, "layouts": []})
+    marks = settings.model_copy(update={"stream": stream.model_copy(
+        update={"raw_writer": writer})})  # who writes the watermark rows
+    ensure_tables(spark, settings)
+    run = batch_writer(settings, "app", [RawTables(settings), Watermarks(marks)])
+    run(_frame(spark, [1, 2]), 0)
+    assert _watermark(spark, settings) == T0 + timedelta(minutes=2)
+
+    failing = batch_writer(settings, "app", [RawTables(settings), Boom(), Watermarks(marks)])
+    with pytest.raises(RuntimeError, match="failed after the raw tables"):
+        failing(_frame(spark, [4, 5], [("1:3", 3, "open")]), 1)
+    assert _count(spark, settings, "transactions") == 4, "the raw commits are done …"
+    assert _watermark(spark, settings) == T0 + timedelta(minutes=2), "… the watermark waits"
+
+    run(_frame(spark, [4, 5], [("1:3", 3, "open")]), 1)  # the batch again, whole
+    assert _count(spark, settings, "transactions") == 4
+    assert _watermark(spark, settings) == T0 + timedelta(minutes=2), "tsnr 3 is missing"
+    run(_frame(spark, [6], [("1:3", 3, "requested")]), 2)
+    assert _watermark(spark, settings) == T0 + timedelta(minutes=2)
+
+    restarted = batch_writer(settings, "app", [RawTables(settings), Watermarks(marks)])
+    restarted(_frame(spark, [3], [("1:3", 3, "filled")]), 3)  # marks read back first
+    assert _watermark(spark, settings) == T0 + timedelta(minutes=6), "filled: past the gap"
+    assert _count(spark, settings, "watermarks") == 4, "one row per batch that moved it"
