@@ -593,7 +593,8 @@ class Catalog(_Model):
 
     # ``schema`` in conf; ``schema_name`` in Python (pydantic's BaseModel has a ``schema``)
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-    enabled: bool = True
+    # off unless a conf asks: conf/local.yaml (the embedded setup) and the cluster example do
+    enabled: bool = False
     schema_name: str = Field("urbpipe", alias="schema")
     metastore: Literal["local", "spark"] = "local"
     local: LocalMetastore = LocalMetastore()
