@@ -41,6 +41,9 @@ class Partial:
     msnrs: list[int] = field(default_factory=list)  # URBHMSNR of the messages it came in
     last_sent: int = 0     # URBHTIME (raw STCK) of the last message it came in
     stalled: bool = False  # reported lost on processing time; kept for a late continuation
+    #: its URBT's message was sent after every message seen on the destination before it
+    #: (replicator time): no copy the transport delivered again (``sequence.Sequence.fresh``)
+    fresh: bool = False
 
     @property
     def rcnt(self) -> int:
@@ -61,8 +64,9 @@ class Partial:
         return fingerprint(self.head["urbtttim"], self.rcnt, self.head["urbtdbid"])
 
 
-def start(row: ElementRow, now_ms: int) -> Partial:
-    """Open a transaction at its URBT."""
+def start(row: ElementRow, now_ms: int, newest_sent: int = 0) -> Partial:
+    """Open a transaction at its URBT; ``newest_sent``: the newest URBHTIME seen on the
+    destination before this message (raw STCK)."""
     head = {name: row.num(name) for name in HEAD_FIELDS}
     head.update({name: int(row.flag(name)) for name in HEAD_FLAGS})
     coords = (row.partition, row.offset)
@@ -70,7 +74,7 @@ def start(row: ElementRow, now_ms: int) -> Partial:
         tsnr=row.num("urbttsnr"), head=head, token=row.char("urbtrtok"),
         sent_time=row.urbhtime, topic=row.topic, first=coords, last=coords,
         cont=row.flag("urbtcont"), touched_ms=now_ms, msnrs=[row.urbhmsnr],
-        last_sent=row.urbhtime,
+        last_sent=row.urbhtime, fresh=row.home and row.urbhtime > newest_sent,
     )
 
 

@@ -185,17 +185,19 @@ def request(inst: InstState, target: InitialStateTarget, isns: dict[int, Iterabl
     return events
 
 
-def mark_incomplete(inst: InstState, token: str, dbid: int, fnr: int | None,
+def mark_incomplete(inst: InstState, token: str | None, dbid: int | None, fnr: int | None,
                     config: ReassemblyConfig, where: Where
                     ) -> list[InitialStateRequested | InitialStateChanged]:
     """A pseudo-transaction of (token, dbid, fnr) was lost: its request is incomplete.
 
-    The oldest open request it can belong to is marked (reported and asked again at its
-    CMPL); if none is open, a request of the job's completed already (its CMPL on the reply
-    topic, read before the data) is reported and asked again now.
+    None matches any (a continuation whose first message was lost names no token). The
+    oldest open request it can belong to is marked (reported and asked again at its CMPL);
+    if none is open, a request of the job's completed already (its CMPL on the reply topic,
+    read before the data) is reported and asked again now.
     """
     def matches(t: InstTrack) -> bool:
-        return t.token == token and t.dbid == dbid and (fnr is None or t.fnr == fnr)
+        return ((token is None or t.token == token) and (dbid is None or t.dbid == dbid)
+                and (fnr is None or t.fnr == fnr))
 
     track = next((t for t in inst.tracks if matches(t)), None)
     if track is not None:

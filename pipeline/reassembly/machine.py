@@ -12,9 +12,11 @@ key, overdue INST requests) at ``now_ms``; then the INST requests for the ISNs t
 resends left unverified (see initial_state.py).
 
 What a real transport (replicator, MQ, connector, Kafka) may do, and where it is handled:
-- re-produce old messages (connector at-least-once): transactions are judged by their commit
-  time (sequence.classify), status-only messages by their identity (numbering.Copies), a
-  message below the open transaction's message numbers is skipped whole;
+- re-produce old messages (connector at-least-once): transactions are judged by their tsnr
+  within the epoch and by when the replicator sent them (sequence.classify) — never by their
+  commit time, which is a database's clock — status-only messages by their identity
+  (numbering.Copies), a message below the open transaction's message numbers is skipped
+  whole;
 - carry destination-wide STRT/REST without a subscription name: the decode stage fans them out
   to every subscription of the destination; a restart counts only if sent after everything
   seen on the destination (a copy of an old STRT does not);
@@ -73,7 +75,8 @@ from pipeline.urb.codes import tran_reply_action
 
 DATA_EYES = frozenset({"URBT", "URBR", "URBD", "URBE", "URBC"})
 RESTART_STATUS = frozenset({"STRT", "REST"})
-DROPPED = frozenset({Verdict.DUPLICATE, Verdict.STALE, Verdict.REDELIVERY})
+DROPPED = frozenset({Verdict.DUPLICATE, Verdict.STALE, Verdict.REDELIVERY,
+                     Verdict.EARLIER_EPOCH})
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +237,7 @@ class _Run:
         tsnr = _tsnr_of(first)
         behind = 0 < first.urbhmsnr < max(p.msnrs) and first.topic == p.topic
         if first.eye == "URBC":
-            return tsnr != p.tsnr and (behind or self.st.window.contains_tsnr(tsnr))
+            return tsnr != p.tsnr and (behind or self._landed_here(tsnr))
         if behind:
             return True
         if first.eye == "URBT":
@@ -267,21 +270,41 @@ class _Run:
         if self.st.discard == tsnr:
             return False
         self.st.discard = tsnr
-        if self.st.window.contains_tsnr(tsnr):
+        if tsnr and self._landed_here(tsnr):
             self._duplicate(tsnr, "continuation of a transaction already landed", row)
         elif self._placed_before(tsnr):
             self._duplicate(tsnr, "continuation of a transaction placed before (redelivered)",
                             row)
-        elif self._sent_before_epoch(row):
+        elif self._sent_before_epoch(row.urbhtime):
             self._duplicate(tsnr, "continuation sent before the replicator restarted "
                             "(redelivered)", row)
+        elif tsnr == 0 and not self._fresh(row):
+            self._duplicate(0, "initial-state continuation delivered again", row)
         else:
             self._lost_event(tsnr, "continuation whose start was never received", row)
-            # treated as flagged: an orphan continuation is no evidence of a restart
-            self._mark_missing(tsnr, None, 0, True)
+            self._orphan_lost(tsnr, row)
         return False
 
-    def _sent_before_epoch(self, row: ElementRow) -> bool:
+    def _orphan_lost(self, tsnr: int, row: ElementRow) -> None:
+        """A continuation whose first message was lost: its transaction never lands — a gap
+        on its tsnr, or for a pseudo-transaction its INST request is incomplete."""
+        if tsnr == 0:
+            self.events.extend(initial_state.mark_incomplete(
+                self.st.inst, None, None, None, self.config, self._where()))
+            return
+        # treated as flagged: an orphan continuation is no evidence of a restart
+        self._mark_missing(tsnr, None, True, before=False, fresh=False)
+
+    def _fresh(self, row: ElementRow) -> bool:
+        """``row``'s message was sent after every message seen on the destination so far
+        (replicator time, the key's own topic): no copy of an earlier one."""
+        return row.home and row.urbhtime > self.st.newest_sent
+
+    def _landed_here(self, tsnr: int) -> bool:
+        """A transaction numbered ``tsnr`` landed in this epoch (the window's)."""
+        return self.st.window.contains_tsnr(tsnr, self.st.epoch)
+
+    def _sent_before_epoch(self, sent: int) -> bool:
         """The message was sent before the STRT/REST that began this epoch: a connector's
         redelivery from an earlier epoch, whose tsnr names another transaction.
 
@@ -292,7 +315,7 @@ class _Run:
         documents). Without this, such an orphan opened a false gap in the new epoch and
         the next STRT began an epoch too many.
         """
-        return bool(self.st.epoch_time) and 0 < row.urbhtime < self.st.epoch_time
+        return bool(self.st.epoch_time) and 0 < sent < self.st.epoch_time
 
     def _placed_before(self, tsnr: int) -> bool:
         """``tsnr`` lies behind the sequence and no gap waits for it: it was placed."""
@@ -382,7 +405,7 @@ class _Run:
             self._duplicate(tsnr, "transaction already landed", row)
             self.st.discard = tsnr
             return
-        self.st.partial = assembler.start(row, self.now)
+        self.st.partial = assembler.start(row, self.now, self.st.newest_sent)
 
     def _data(self, row: ElementRow) -> None:
         """URBR/URBD/URBE: add to the open transaction, or skip while discarding one."""
@@ -520,11 +543,11 @@ class _Run:
         if p.tsnr == 0:
             self._initial_state(p)
             return
-        verdict, u = self._place(p.tsnr, p.fp, p.head["urbtttim"], p.flagged)
-        if verdict in DROPPED and p.resend and self._late_fill_old_epoch(p):
+        verdict, u = self._place(p.tsnr, p.fp, p.flagged, self._before_epoch(p), p.fresh)
+        if verdict is Verdict.EARLIER_EPOCH and self._late_fill_earlier_epoch(p):
             return
         if verdict in DROPPED:
-            self._duplicate(p.tsnr, self._drop_reason(verdict, u), None, p)
+            self._duplicate(p.tsnr, self._drop_reason(verdict, u, p.tsnr), None, p)
             return
         assert u is not None
         if verdict is Verdict.LATE_FILL:
@@ -533,7 +556,7 @@ class _Run:
         self._advance(verdict, u, "transaction(s) never received")
         origin = "resend" if p.resend else "live"
         txn = assembler.finish(p, self.key, self.st.epoch, origin, self.now)
-        self.st.window.add(p.tsnr, p.fp)
+        self.st.window.add(p.tsnr, p.fp, self.st.epoch)
         barrier = gaps.hold_barrier(self.st.gaps)
         if barrier is not None and u > barrier:
             self._hold(u, txn)
@@ -548,29 +571,39 @@ class _Run:
             return
         self._land(assembler.finish(p, self.key, self.st.epoch, "initial_state", self.now))
 
-    def _place(self, tsnr: int, fp: int | None, commit: int,
-               flagged: bool) -> tuple[Verdict, int | None]:
-        """Classify a tsnr; a restart begins the new epoch and classifies again within it."""
-        verdict, u = classify(tsnr, fp, commit, flagged, self._sequence())
+    def _place(self, tsnr: int, fp: int | None, flagged: bool, before: bool, fresh: bool
+               ) -> tuple[Verdict, int | None]:
+        """Classify a tsnr; a restart begins the new epoch and classifies again within it.
+
+        ``before``: sent before this epoch began; ``fresh``: its message is newer than every
+        message seen on the destination (``sequence.Sequence``)."""
+        verdict, u = classify(tsnr, fp, flagged, self._sequence(before, fresh))
         if verdict is Verdict.RESTART:
-            self._new_epoch("tsnr back to 1" if tsnr == 1 else f"tsnr went back to {tsnr} "
-                            "with a newer commit time")
-            verdict, u = classify(tsnr, fp, commit, flagged, self._sequence())
-        if verdict in (Verdict.BASELINE, Verdict.NEXT, Verdict.AHEAD, Verdict.FILL,
-                       Verdict.LATE_FILL) and commit:
-            self.st.newest_commit = max(self.st.newest_commit or 0, commit)
+            self._new_epoch(("tsnr back to 1" if tsnr == 1 else f"tsnr went back to {tsnr}")
+                            + " in a message sent after every one seen (no STRT/REST seen)")
+            # the restart came after everything seen, before this message
+            self.st.epoch_time = self.st.newest_sent + 1
+            verdict, u = classify(tsnr, fp, flagged, self._sequence(False, fresh))
         return verdict, u
 
-    def _sequence(self) -> Sequence:
+    def _sequence(self, before: bool, fresh: bool) -> Sequence:
         st = self.st
-        return Sequence(st.next_u, st.window, st.newest_commit, self._is_missing,
-                        self._is_settled, st.epoch_floor)
+        return Sequence(st.next_u, st.window, st.epoch, self._is_missing, self._is_settled,
+                        fresh=fresh, before_epoch=before)
+
+    def _before_epoch(self, p: assembler.Partial) -> bool:
+        """The transaction was sent before the restart that began this epoch — or, for a
+        resend, processed before it (URBTPTIM: a resend keeps the original's URBT): an
+        earlier epoch's, whose tsnr names another transaction here. Both are the
+        replicator's clock, the STRT/REST's too."""
+        if self._sent_before_epoch(p.sent_time):
+            return True
+        return p.resend and self._sent_before_epoch(p.head["urbtptim"])
 
     def _flagged_repeat(self, tsnr: int) -> bool:
-        """A resend of a tsnr the window has landed, unless an open gap waits for that tsnr
-        (the window is not epoch-aware: after a restart it still holds the old epoch's)."""
+        """A resend of a tsnr landed in this epoch, unless an open gap waits for it."""
         st = self.st
-        if not st.window.contains_tsnr(tsnr):
+        if not self._landed_here(tsnr):
             return False
         return st.next_u is None or not (self._is_missing(unwrap(tsnr, st.next_u))
                                          or self._is_settled(unwrap(tsnr, st.next_u)))
@@ -604,10 +637,10 @@ class _Run:
             self._open_gap(start, end, reason, request)
         st.next_u = max(st.next_u or 0, u + 1)
 
-    def _mark_missing(self, tsnr: int, fp: int | None, commit: int, flagged: bool,
-                      request: bool = True) -> None:
+    def _mark_missing(self, tsnr: int, fp: int | None, flagged: bool, before: bool,
+                      fresh: bool, request: bool = True) -> None:
         """A transaction that will not land (lost, inconsistent, too big): a gap on its tsnr."""
-        verdict, u = self._place(tsnr, fp, commit, flagged)
+        verdict, u = self._place(tsnr, fp, flagged, before, fresh)
         if u is None or verdict in DROPPED or verdict in (Verdict.INITIAL, Verdict.LATE_FILL):
             return
         self._advance(verdict, u, f"transaction {tsnr} could not be landed", through=True,
@@ -622,7 +655,7 @@ class _Run:
         for gap in list(st.gaps):
             self._settle_all(gap, f"replicator restarted ({reason})")
         st.epoch += 1
-        st.next_u, st.epoch_fresh, st.epoch_floor = 1, True, st.newest_commit
+        st.next_u, st.epoch_fresh = 1, True
         st.base_u = 1
         self.events.append(EpochStarted(
             subscription=self.subscription, destination=self.destination, epoch=st.epoch,
@@ -704,7 +737,7 @@ class _Run:
         origin = "resend" if p.resend else "live"
         txn = assembler.finish(p, self.key, epoch, origin, self.now)
         if epoch == self.st.epoch:
-            self.st.window.add(p.tsnr, p.fp)
+            self.st.window.add(p.tsnr, p.fp, epoch)
         self._land(txn)
         self.st.count("late_fills")
         if gap is not None:  # an open gap: the position counts as filled after all
@@ -720,12 +753,9 @@ class _Run:
             opened_at_ms=self.now, reason=f"transaction {p.tsnr} arrived after its gap was "
             f"settled: landed", at_ms=self.now, settled=tuple(remaining), tsnr=p.tsnr))
 
-    def _late_fill_old_epoch(self, p: assembler.Partial) -> bool:
-        """A resend (URBTPTRN) of a tsnr settled in an earlier epoch, committed before this
-        epoch began: it belongs there and lands there."""
-        commit, floor = p.head["urbtttim"], self.st.epoch_floor
-        if floor is None or not commit or commit > floor:
-            return False
+    def _late_fill_earlier_epoch(self, p: assembler.Partial) -> bool:
+        """A transaction of an earlier epoch (sent before this one began) whose tsnr was
+        settled there: it never landed, so it lands there now."""
         found = self.st.given_up.find_tsnr(p.tsnr, self.st.epoch)
         if found is None:
             return False
@@ -802,7 +832,8 @@ class _Run:
             self.events.extend(initial_state.mark_incomplete(
                 self.st.inst, p.token, p.head["urbtdbid"], fnr, self.config, self._where()))
         else:
-            self._mark_missing(p.tsnr, p.fp, p.head["urbtttim"], p.flagged, request)
+            self._mark_missing(p.tsnr, p.fp, p.flagged, self._before_epoch(p), p.fresh,
+                               request)
 
     def _lost_event(self, tsnr: int, reason: str, row: ElementRow | None,
                     p: assembler.Partial | None = None) -> None:
@@ -871,15 +902,19 @@ class _Run:
             details=dict(row.fields)))
         self.st.count("inconsistent")
 
-    def _drop_reason(self, verdict: Verdict, u: int | None) -> str:
+    def _drop_reason(self, verdict: Verdict, u: int | None, tsnr: int) -> str:
         """Why a transaction is dropped. A "redelivery" below the epoch's first placed
         position was never landed here: the topic is out of order or the connector delivered
-        again what came before the job's first message (``sequence.classify``'s order
-        assumption failed). It is still not landed — its commit time cannot tell it from a
-        copy — but :data:`UNPLACED` makes the duplicates row an alert."""
+        again what came before the job's first message. So was one whose number a *different*
+        transaction of this epoch carries (same tsnr, other content). Neither can be told
+        from a copy by its position, so neither lands, but :data:`UNPLACED` makes the
+        duplicates row an alert."""
         base = self.st.base_u
         if verdict is Verdict.REDELIVERY and u is not None and base is not None and u < base:
             return f"{UNPLACED}: below tsnr {to_tsnr(base)}, the first placed in this epoch"
+        if verdict is Verdict.REDELIVERY and self._landed_here(tsnr):
+            return (f"{UNPLACED}: another transaction numbered {tsnr} landed in this epoch "
+                    "(other commit time, record count or database)")
         return _DROP_REASON[verdict]
 
     def _duplicate(self, tsnr: int, reason: str, row: ElementRow | None,
@@ -953,7 +988,9 @@ class _Run:
 _DROP_REASON = {
     Verdict.DUPLICATE: "duplicate: already landed",
     Verdict.STALE: "stale: a resend of a tsnr behind the sequence that no gap waits for",
-    Verdict.REDELIVERY: "redelivered: committed no later than the newest transaction placed",
+    Verdict.REDELIVERY: "redelivered: behind the sequence, placed already in this epoch",
+    Verdict.EARLIER_EPOCH: "redelivered: sent before the replicator restarted (an earlier "
+                           "epoch's transaction)",
 }
 
 
