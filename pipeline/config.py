@@ -329,6 +329,13 @@ class InitialState(_Model):
 
     max_isns_per_request: int = Field(500, ge=1, le=100_000)
     reply_timeout_ms: int = Field(600_000, ge=1_000)
+    # INST messages a (destination, subscription) keeps in flight; the replicator refuses
+    # requests beyond its IMAXREQ with INST/ERRO 131/44 (retried after refused_retry_ms,
+    # doubling). max_attempts: requests that may ask for the same ISNs (incomplete answers,
+    # refusals) before the request is failed (critical alert).
+    max_concurrent_requests: int = Field(2, ge=1, le=64)
+    max_attempts: int = Field(3, ge=1, le=20)
+    refused_retry_ms: int = Field(60_000, ge=1_000)
 
 
 class Stream(_Model):

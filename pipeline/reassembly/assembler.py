@@ -7,8 +7,6 @@ means (quarantine, lost continuation, gap). Nothing here knows about the sequenc
 
 from __future__ import annotations
 
-import struct
-import zlib
 from dataclasses import dataclass, field
 
 from pipeline.reassembly.events import ImageOut, Origin, RecordOut, TransactionComplete
@@ -76,16 +74,6 @@ def start(row: ElementRow, now_ms: int, newest_sent: int = 0) -> Partial:
         cont=row.flag("urbtcont"), touched_ms=now_ms, msnrs=[row.urbhmsnr],
         last_sent=row.urbhtime, fresh=row.home and row.urbhtime > newest_sent,
     )
-
-
-def initial_state_fingerprint(p: Partial) -> int:
-    """Identity of an initial-state pseudo-transaction (tsnr 0, outside the sequence): its
-    read and processing times, counts and token. A copy the transport delivers again has the
-    same; two chunks of one request are read at different times."""
-    h = p.head
-    packed = struct.pack(">QQII8s", h["urbtttim"], h["urbtptim"], p.rcnt & 0xFFFFFFFF,
-                         h["urbtdbid"] & 0xFFFFFFFF, p.token.encode("latin-1")[:8])
-    return zlib.crc32(packed)
 
 
 def urbt_fingerprint(row: ElementRow) -> int:

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from pipeline.reassembly import assembler, gaps, initial_state
+from pipeline.reassembly import assembler, gaps, initial_state, pseudo
 from pipeline.reassembly.config import ReassemblyConfig
 from pipeline.reassembly.events import (
     UNPLACED,
@@ -149,8 +149,8 @@ class _Run:
         self.events: list[Event] = []
         # The message at hand started with a URBC that continued the open transaction.
         self.resumed = False
-        # fnr -> (ISNs, tsnrs) that resends landed in this step left unverified.
-        self.unverified: dict[int, tuple[set[int], set[int]]] = {}
+        # (dbid, fnr) -> (ISNs, tsnrs) that resends landed in this step left unverified.
+        self.unverified: dict[tuple[int, int], tuple[set[int], set[int]]] = {}
         # When the message at hand was sent (Unix ms): the storm breaker's clock.
         self.sent_ms: int | None = None
 
@@ -565,10 +565,11 @@ class _Run:
         self._release_held()
 
     def _initial_state(self, p: assembler.Partial) -> None:
-        """A pseudo-transaction (tsnr 0): outside the sequence, landed once."""
-        if self.st.inst.landed_before(assembler.initial_state_fingerprint(p)):
+        """A pseudo-transaction (tsnr 0): outside the sequence, landed once (``pseudo``)."""
+        if pseudo.is_copy(self.st.inst, p):
             self._duplicate(0, "initial-state pseudo-transaction delivered again", None, p)
             return
+        pseudo.note_received(self.st.inst, p)
         self._land(assembler.finish(p, self.key, self.st.epoch, "initial_state", self.now))
 
     def _place(self, tsnr: int, fp: int | None, flagged: bool, before: bool, fresh: bool
@@ -777,17 +778,19 @@ class _Run:
         target = self.config.initial_state_for(self.subscription)
         if target is None:
             return
-        for fnr, isns in initial_state.unverified_isns(txn, target).items():
-            wanted, tsnrs = self.unverified.setdefault(fnr, (set(), set()))
+        for file, isns in initial_state.unverified_isns(txn, target).items():
+            wanted, tsnrs = self.unverified.setdefault(file, (set(), set()))
             wanted |= isns
             tsnrs.add(txn.tsnr)
 
     def request_initial_states(self) -> None:
-        """INST request messages (every file of the definition) for this step's resends."""
+        """INST request messages (every file of the definition) for this step's resends,
+        and those waiting in the queue that pacing lets go now."""
         target = self.config.initial_state_for(self.subscription)
         if target is None or not self.unverified:
+            self.events.extend(initial_state.dispatch(self.st.inst, self.config, self._where()))
             return
-        isns = {fnr: wanted for fnr, (wanted, _) in self.unverified.items()}
+        isns = {file: wanted for file, (wanted, _) in self.unverified.items()}
         tsnrs = {t for _, ts in self.unverified.values() for t in ts}
         self.events.extend(initial_state.request(self.st.inst, target, isns, tsnrs,
                                                  self.config, self._where()))
