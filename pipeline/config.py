@@ -322,6 +322,9 @@ class Gaps(_Model):
     storm_window_ms: int = Field(60_000, ge=1_000)
     storm_max_gaps: int = Field(20, ge=1)
     storm_max_tsnrs: int = Field(2_000, ge=1)
+    # A tsnr whose resend the replicator confirmed (TRSP response 0) is asked again, and may
+    # be given up, only this long after the confirmation.
+    confirmed_wait_ms: int = Field(300_000, ge=1_000)
 
 
 class InitialState(_Model):

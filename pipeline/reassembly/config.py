@@ -105,8 +105,11 @@ class ReassemblyConfig:
       topic tells the last tsnr sent, so a lost last transaction becomes a gap. Asked again
       every interval until a SUBS answers; None: never.
     - ``storm_window_ms``/``storm_max_gaps``/``storm_max_tsnrs``: a key that opens more gaps,
-      or asks for more tsnrs, within the window (replicator time) than this is scrambled,
-      not lossy: it stops requesting until an operator resumes it (``urbpipe gaps resume``).
+      or asks for more tsnrs (retry rounds included), within the window than this is
+      scrambled, not lossy: it stops requesting until an operator resumes it
+      (``urbpipe gaps resume``).
+    - ``confirmed_wait_ms``: a tsnr whose resend the replicator confirmed (TRSP response 0)
+      is asked for again, and may be given up, only this long after the confirmation.
     - ``tod_offset_us``: microseconds to subtract from the replicator's STCK times to get UTC
       (leap seconds the TOD clock includes, and its offset when it runs on local time).
     - ``duplicate_window``: how many recently landed tsnrs are remembered.
@@ -158,6 +161,7 @@ class ReassemblyConfig:
     storm_max_gaps: int = 20
     storm_max_tsnrs: int = 2_000
     tod_offset_us: int = 0
+    confirmed_wait_ms: int = 300_000
 
     def __post_init__(self) -> None:
         if self.landing_policy not in LANDING_POLICIES:
@@ -166,7 +170,7 @@ class ReassemblyConfig:
                     "hold_timeout_ms", "duplicate_window", "max_buffered_bytes", "max_open_gaps",
                     "max_isns_per_request", "initial_state_timeout_ms", "storm_window_ms",
                     "initial_state_max_requests", "initial_state_max_attempts",
-                    "initial_state_retry_ms",
+                    "initial_state_retry_ms", "confirmed_wait_ms",
                     "storm_max_gaps", "storm_max_tsnrs")
         for name in positive:
             if getattr(self, name) <= 0:

@@ -70,7 +70,7 @@ from pipeline.reassembly.sequence import (
     to_tsnr,
     unwrap,
 )
-from pipeline.reassembly.state import KeyState
+from pipeline.reassembly.state import EPOCH_STARTS, KeyState
 from pipeline.urb.codes import tran_reply_action
 
 DATA_EYES = frozenset({"URBT", "URBR", "URBD", "URBE", "URBC"})
@@ -486,20 +486,24 @@ class _Run:
         self.st.epoch_time = max(row.urbhtime, row.num("urbstime"))
 
     def _trsp(self, row: ElementRow) -> None:
-        """A reply to a TRAN request: an error settles (or parks) its own tsnr only — the
-        resend buffer is circular, the other tsnrs of the gap may still come."""
+        """A reply to a TRAN request: response 0 confirms its tsnr's resend (asked again
+        only after ``confirmed_wait_ms``); an error settles (or parks) its own tsnr only —
+        the resend buffer is circular, the other tsnrs of the gap may still come."""
         token = self.config.request_token
         if token and row.char("urbsrtok") != token:
             return
         rsp, subc, tsnr = row.num("urbsrsp"), row.num("urbssubc"), row.num("urbstsnr")
         action = tran_reply_action(rsp, subc)
-        if action in ("ok", "retry") or self.st.next_u is None or tsnr == 0:
+        if action == "retry" or self.st.next_u is None or tsnr == 0:
             return
         if self.st.epoch_time and max(row.urbhtime, row.num("urbstime")) < self.st.epoch_time:
             return  # a reply from before the restart: its tsnr named another transaction
         u = unwrap(tsnr, self.st.next_u)
         gap = gaps.find(self.st.gaps, u)
         if gap is None:
+            return
+        if action == "ok":
+            gaps.confirm(gap, u, self.now)
             return
         if action == "park":
             gaps.park(gap, u)
@@ -655,6 +659,7 @@ class _Run:
         self._withdraw_requests(previous)
         for gap in list(st.gaps):
             self._settle_all(gap, f"replicator restarted ({reason})")
+        st.epoch_starts = [*st.epoch_starts, [st.epoch, st.epoch_time]][-EPOCH_STARTS:]
         st.epoch += 1
         st.next_u, st.epoch_fresh = 1, True
         st.base_u = 1
@@ -693,16 +698,23 @@ class _Run:
         self.events.extend(opening.events)
         self.st.count("gaps_opened")
         if tripped:
-            self.events.append(StormTripped(
-                subscription=self.subscription, destination=self.destination,
-                epoch=self.st.epoch, gaps=len(self.st.storm.recent),
-                tsnrs=self.st.storm.tsnrs, window_ms=self.config.storm_window_ms,
-                at_ms=self.now))
+            self._storm_tripped()
         while len(self.st.gaps) > self.config.max_open_gaps:
             self._settle_all(self.st.gaps[0], "too many open gaps (max_open_gaps)")
 
     def _request(self, gap: gaps.Gap) -> None:
-        self.events.append(gaps.request_round(gap, self.now, self.config, self.key))
+        self._gap_event(gap, gaps.request_round(gap, self.now, self.config, self.key))
+
+    def _storm_note(self, tsnrs: int, gap: bool) -> None:
+        """Count requested tsnrs for the storm breaker (a retry round: at processing time)."""
+        if self.st.storm.note(self.now, tsnrs, self.config, gap):
+            self._storm_tripped()
+
+    def _storm_tripped(self) -> None:
+        self.events.append(StormTripped(
+            subscription=self.subscription, destination=self.destination,
+            epoch=self.st.epoch, gaps=self.st.storm.gaps, tsnrs=self.st.storm.tsnrs,
+            window_ms=self.config.storm_window_ms, at_ms=self.now))
 
     def _fill(self, u: int) -> None:
         gap = gaps.find(self.st.gaps, u)
@@ -723,7 +735,11 @@ class _Run:
         if event is None:
             return
         self.events.append(event)
-        if isinstance(event, GapRequested) or gap not in self.st.gaps:
+        if isinstance(event, GapRequested):
+            if event.attempt > 1:  # a retry round: its tsnrs count for the storm breaker
+                self._storm_note(len(event.tsnrs), gap=False)
+            return
+        if gap not in self.st.gaps:
             return
         if gap.done:
             self.st.gaps.remove(gap)
@@ -757,12 +773,22 @@ class _Run:
     def _late_fill_earlier_epoch(self, p: assembler.Partial) -> bool:
         """A transaction of an earlier epoch (sent before this one began) whose tsnr was
         settled there: it never landed, so it lands there now."""
-        found = self.st.given_up.find_tsnr(p.tsnr, self.st.epoch)
-        if found is None:
+        sent = [t for t in (p.sent_time, p.head["urbtptim"] if p.resend else 0)
+                if 0 < t < self.st.epoch_time]
+        epoch = self._epoch_at(min(sent)) if sent else None
+        found = None if epoch is None else self.st.given_up.find_tsnr(p.tsnr, epoch)
+        if epoch is None or found is None:
             return False
-        epoch, u, _gap_id = found
-        self._late_fill(u, p, epoch)
+        self._late_fill(found[0], p, epoch)
         return True
+
+    def _epoch_at(self, stck: int) -> int | None:
+        """The earlier epoch that was current when the replicator sent at ``stck`` (None:
+        older than the epochs remembered)."""
+        for epoch, began in reversed(self.st.epoch_starts):
+            if began <= stck:
+                return epoch
+        return None
 
     # ----------------------------------------------------------------- landing
     def _land(self, txn: TransactionComplete) -> None:

@@ -26,6 +26,7 @@ from pipeline.reassembly.storm import Storm
 MAGIC = b"RA"
 VERSION = 1
 DEFAULT_WINDOW = 1024
+EPOCH_STARTS = 16
 
 
 @dataclass(slots=True)
@@ -57,6 +58,9 @@ class KeyState:
     #: STCK (replicator time) the epoch began at: its STRT/REST, or just after the newest
     #: message seen before a new message numbered from 1 again (0: no restart seen)
     epoch_time: int = 0
+    #: [epoch, epoch_time] of the epochs before this one, newest last (at most EPOCH_STARTS):
+    #: which epoch a message sent before this one began belongs to
+    epoch_starts: list[list[int]] = field(default_factory=list)
     given_up: GivenUp = field(default_factory=GivenUp)  # settled tsnrs of ended gaps
     storm: Storm = field(default_factory=Storm)
     stat: StatTrack = field(default_factory=StatTrack)
@@ -93,7 +97,7 @@ class KeyState:
             "held": [[u, _txn_obj(t, blob)] for u, t in self.held],
             "counters": self.counters, "inst": self.inst.to_obj(),
             "sent_ms": self.newest_sent_ms, "sent": self.newest_sent,
-            "epoch_time": self.epoch_time,
+            "epoch_time": self.epoch_time, "epoch_starts": self.epoch_starts,
             "given_up": self.given_up.to_obj(), "storm": self.storm.to_obj(),
             "stat": self.stat.to_obj(), "numbering": self.numbering.to_obj(),
             "copies": self.copies.to_obj(),
@@ -123,6 +127,7 @@ class KeyState:
             inst=InstState.from_obj(doc.get("inst")),  # absent in states written before INST
             newest_sent_ms=doc.get("sent_ms"), newest_sent=doc.get("sent", 0),
             epoch_time=doc.get("epoch_time", 0),
+            epoch_starts=[list(e) for e in doc.get("epoch_starts", [])],
             given_up=GivenUp.from_obj(doc.get("given_up")),
             storm=Storm.from_obj(doc.get("storm")), stat=StatTrack.from_obj(doc.get("stat")),
             numbering=Numbering.from_obj(doc.get("numbering")),

@@ -62,6 +62,7 @@ def reassembly_config(settings: Settings) -> ReassemblyConfig:
         partial_timeout_ms=g.partial_timeout_ms, partial_stall_ms=g.partial_stall_ms,
         stat_interval_ms=g.stat_interval_ms or None, storm_window_ms=g.storm_window_ms,
         storm_max_gaps=g.storm_max_gaps, storm_max_tsnrs=g.storm_max_tsnrs,
+        confirmed_wait_ms=g.confirmed_wait_ms,
         tod_offset_us=settings.replicator.tod_offset_us,
         reply_destination=settings.replicator.reply_destination,
         request_token=settings.replicator.request_token,
