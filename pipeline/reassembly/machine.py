@@ -526,11 +526,32 @@ class _Run:
         if sent == 0 or self.st.next_u is None:
             return
         u = unwrap(sent, self.st.next_u)
-        if self.st.next_u <= u < self.st.next_u + WRAP_ZONE:
+        if not self.st.next_u <= u < self.st.next_u + WRAP_ZONE:
+            return
+        u = self._sent_beside_open(u, sent, row)
+        if u >= self.st.next_u:
             last = to_tsnr(self.st.next_u - 1) if self.st.next_u > 1 else 0
             self._open_gap(self.st.next_u, u, f"STAT: the replicator sent up to tsnr {sent}, "
                            f"the last one received is {last}")
             self.st.next_u = u + 1
+
+    def _sent_beside_open(self, u: int, sent: int, row: ElementRow) -> int:
+        """The last position a SUBS shows lost, given the transaction in progress.
+
+        A status may come between two messages of one transaction: a SUBS naming that
+        transaction's tsnr is sent while its continuation is still to come (it is not lost
+        and must not be requested). A SUBS naming a later tsnr shows that its continuation
+        will never come — all of a transaction is sent before any of another (seed 001,
+        rule 12)."""
+        p = self.st.partial
+        if p is None or p.tsnr == 0 or p.stalled:
+            return u
+        pu = unwrap(p.tsnr, self.st.next_u)
+        if pu == u:
+            return u - 1
+        if self.st.next_u <= pu < u:
+            self._lose(f"STAT: the replicator sent tsnr {sent} after it", row)
+        return u
 
     def _reactivated(self) -> None:
         """The subscription is active again: tsnrs parked by TRSP 36 are asked for again."""

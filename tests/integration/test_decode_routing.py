@@ -192,3 +192,16 @@ def test_a_status_lands_with_its_message_s_byte_order(ebcdic: bool, big: bool) -
     result = step(None, elements, 1_750_000_000_000, ReassemblyConfig(), ("OUT1", "COLOR"))
     (status,) = events_to_rows(result.events, 1_750_000_000_000)["status_events"]
     assert status["big_endian"] is big
+
+
+def test_a_subs_without_a_destination_name_is_about_the_topic_it_came_on() -> None:
+    """Seed 000's SUBS leaves URBSDNAM blank. The copy on an output destination's topic is
+    ordered with that destination's data and is about its sequence: it must reach that
+    destination's key, not the subscription's first destination (issue 35, point 6)."""
+    subs = make_element("URBS", urbsrt="STAT", urbsst="SUBS", urbssnam="EMPL", urbsdnam="",
+                        urbstsnr=42)
+    raw = encode_message(None, [subs], ebcdic=True, big_endian=True)
+    assert {(r["destination"], r["subscription"]) for r in DECODER.rows("t.out1", 0, 1, None,
+                                                                        raw)} == {("OUT1", "EMPL")}
+    on_replies = DECODER.rows("t.replies", 0, 1, None, raw)
+    assert {(r["destination"], r["subscription"]) for r in on_replies} == {("OUT2", "EMPL")}

@@ -274,9 +274,8 @@ class RecordDecoder:
 
     def _status_key(self, destination: str, el: Any) -> Key:
         # Replies (TRSP, SUBS …) arrive at the reply destination but belong to the
-        # subscription/destination they name (a TRSP may leave URBSDNAM blank: then the
-        # subscription's only destination from conf); destination-wide status keeps its key.
-        # INST replies name no subscription: the one whose conf names their initial state.
+        # subscription/destination they name; destination-wide status keeps its key. INST
+        # replies name no subscription: the one whose conf names their initial state.
         # ``el`` is a decoded Element or a scanned one (pipeline.urb.scan): fields by name.
         fields = el.fields
         snam = fields.get("urbssnam") or ""
@@ -286,7 +285,16 @@ class RecordDecoder:
             if asked is not None:  # one of the job's requests: the key that sent it
                 return asked
             snam = self._initial_states.get(fields.get("urbsinam") or "", "")
-        return (fields.get("urbsdnam") or self._home.get(snam) or destination, snam)
+        return (fields.get("urbsdnam") or self._blank_dnam(destination, snam), snam)
+
+    def _blank_dnam(self, destination: str, snam: str) -> str:
+        """The destination of a status naming a subscription but no destination (seed 000's
+        SUBS and TRSP examples leave URBSDNAM blank): the topic's own destination when it
+        carries that subscription — a SUBS copied to an output destination is about that
+        destination's sequence — else the subscription's only destination from conf."""
+        if any(c.subscription == snam for c in self._covered.get(destination, ())):
+            return destination
+        return self._home.get(snam) or destination
 
     def batch_rows(self, records: Sequence[tuple[str, int, int, bytes | None]]
                    ) -> list[dict[str, Any]]:
