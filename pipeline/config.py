@@ -277,6 +277,20 @@ class SubscriptionFile(_Model):
     fnr: int = Field(ge=1, le=65535)
 
 
+def file_keys(dbid: int, files: Sequence[int | SubscriptionFile]) -> tuple[tuple[int, int], ...]:
+    """(dbid, fnr) of each entry of a ``files`` list: a plain number is a file of ``dbid``
+    (also the simulator's definitions, pipeline/sim/model.py)."""
+    return tuple((f.dbid, f.fnr) if isinstance(f, SubscriptionFile) else (dbid, f)
+                 for f in files)
+
+
+def check_files_once(keys: Sequence[tuple[int, int]]) -> None:
+    """ValueError naming the first (dbid, fnr) a files list names twice."""
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ValueError(f"files lists database {twice[0][0]} file {twice[0][1]} twice")
+
+
 class Subscription(_Model):
     """A replicator subscription the job expects, and what the simulator generates for it.
 
@@ -338,18 +352,13 @@ class Subscription(_Model):
 
     @model_validator(mode="after")
     def _files_once(self) -> Subscription:
-        keys = [(f.dbid, f.fnr) if isinstance(f, SubscriptionFile) else (self.dbid, f)
-                for f in self.files]
-        twice = sorted({k for k in keys if keys.count(k) > 1})
-        if twice:
-            raise ValueError(f"files lists database {twice[0][0]} file {twice[0][1]} twice")
+        check_files_once(self.file_keys())
         return self
 
     def file_keys(self) -> tuple[tuple[int, int], ...]:
         """(dbid, fnr) of every file of the subscription, in conf order: plain numbers are
         files of ``dbid``."""
-        return tuple((f.dbid, f.fnr) if isinstance(f, SubscriptionFile) else (self.dbid, f)
-                     for f in self.files)
+        return file_keys(self.dbid, self.files)
 
     def databases(self) -> tuple[int, ...]:
         """The databases the subscription's files are in, in conf order, the primary
