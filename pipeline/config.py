@@ -277,6 +277,16 @@ class SubscriptionFile(_Model):
     fnr: int = Field(ge=1, le=65535)
 
 
+def _pair(item: Any) -> tuple[int, int] | None:
+    """(dbid, fnr) of a well-formed ``{dbid, fnr}`` entry of a files list, else None."""
+    if isinstance(item, SubscriptionFile):
+        return item.dbid, item.fnr
+    if isinstance(item, dict) and set(item) == {"dbid", "fnr"} and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in item.values()):
+        return item["dbid"], item["fnr"]
+    return None
+
+
 def file_keys(dbid: int, files: Sequence[int | SubscriptionFile]) -> tuple[tuple[int, int], ...]:
     """(dbid, fnr) of each entry of a ``files`` list: a plain number is a file of ``dbid``
     (also the simulator's definitions, pipeline/sim/model.py)."""
@@ -311,21 +321,27 @@ class Subscription(_Model):
 
     @model_validator(mode="before")
     @classmethod
-    def _dbid_from_pairs(cls, data: Any) -> Any:
+    def _primary_database(cls, data: Any) -> Any:
         """Without ``dbid`` the primary database is the first the pairs name; plain numbers
-        beside pairs need ``dbid`` (which database they are of would be a guess)."""
-        if not isinstance(data, dict) or data.get("dbid") is not None:
+        beside pairs need ``dbid`` (which database they are of would be a guess). Pairs of
+        the primary database are kept as plain numbers: ``files`` then reads as it always
+        did for the files of ``dbid``, and ``file_keys()`` is the same either way."""
+        if not isinstance(data, dict) or not isinstance(data.get("files"), list):
             return data
-        files = data.get("files") or []
-        pairs = [f for f in files if isinstance(f, dict | SubscriptionFile)]
-        if not pairs:
-            return data
-        if len(pairs) != len(files):
-            raise ValueError("files mixes plain file numbers with {dbid, fnr} pairs: give "
-                             "dbid, the database of the plain numbers")
-        first = pairs[0]
-        dbid = first.get("dbid") if isinstance(first, dict) else first.dbid
-        return {**data, "dbid": dbid} if dbid is not None else data
+        files = data["files"]
+        pairs = [_pair(f) for f in files]
+        dbid = data.get("dbid")
+        if dbid is None:
+            named = [p for p in pairs if p is not None]
+            if not named:
+                return data
+            if any(isinstance(f, int) and not isinstance(f, bool) for f in files):
+                raise ValueError("files mixes plain file numbers with {dbid, fnr} pairs: give "
+                                 "dbid, the database of the plain numbers")
+            dbid = named[0][0]
+        kept = [p[1] if p is not None and p[0] == dbid else f for f, p in zip(files, pairs,
+                                                                               strict=True)]
+        return {**data, "dbid": dbid, "files": kept}
 
     @field_validator("name")
     @classmethod

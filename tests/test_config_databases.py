@@ -41,6 +41,11 @@ def test_mixed_files_take_dbid_and_the_primary_is_dbid_or_the_first_pair(tmp_pat
     mixed = _load(tmp_path, "subscriptions:\n  - name: COLOR\n    dbid: 10007\n"
                             "    files: [{dbid: 10006, fnr: 4}, 4, 9]\n").subscriptions[0]
     assert mixed.file_keys() == ((10006, 4), (10007, 4), (10007, 9))
+    # pairs of the primary database read as plain numbers (what the job's engine takes today)
+    pairs_of_primary = _load(tmp_path, "subscriptions:\n  - name: COLOR\n    files: [{dbid: 7, "
+                                       "fnr: 4}, {dbid: 8, fnr: 4}, {dbid: 7, fnr: 9}]\n")
+    assert [f if isinstance(f, int) else (f.dbid, f.fnr)
+            for f in pairs_of_primary.subscriptions[0].files] == [4, (8, 4), 9]
     assert (mixed.dbid, mixed.databases()) == (10007, (10007, 10006))
     assert mixed.files_of(10007) == (4, 9)
     pairs = _load(tmp_path, "subscriptions:\n  - name: COLOR\n    files: [{dbid: 7, fnr: 4}, "
