@@ -36,15 +36,15 @@ def _settings(base: Settings, lake: Path) -> Settings:
         "stream": base.stream.model_copy(update={"lake_dir": str(lake)})})
 
 
-# (tsnr in arrival order, database, ms after T0 on the replicator's clock, isn, type, after)
-# B's stamps are SKEW earlier: B's tsnr 2 and 4 commit "before" A's tsnr 1 and 3 by the
-# stamps, though each followed it; the second batch brings B's update of ISN 1 stamped older
-# than A's newest change of ISN 1 already in the tables.
+# (tsnr in arrival order, database, ms after T0 on the replicator's clock, isn, type, after),
+# one batch (lean: the tables are per file, so a second batch would only repeat the MERGE
+# path test_typed_merge covers). B's stamps are SKEW earlier: B's changes are stamped before
+# A's changes that preceded them (tsnr 2 before 1, 6 before 5 …), and B's update of ISN 1 at
+# tsnr 6 is stamped before A's update of ISN 1 at tsnr 5.
 BATCHES = [
     [(1, A, 10, 1, "I", "A-RED"), (2, B, 30, 1, "I", "B-RED"), (3, A, 40, 2, "I", "A-BLUE"),
-     (4, B, 60, 2, "I", "B-BLUE"), (5, A, 70, 1, "U", "A-PINK")],
-    [(6, B, 80, 1, "U", "B-PINK"), (7, A, 90, 2, "U", "A-GOLD"), (8, B, 100, 1, "U", "B-GREY"),
-     (9, A, 110, 2, "D", None)],
+     (4, B, 60, 2, "I", "B-BLUE"), (5, A, 70, 1, "U", "A-PINK"), (6, B, 80, 1, "U", "B-PINK"),
+     (7, A, 90, 2, "U", "A-GOLD"), (8, B, 100, 1, "U", "B-GREY"), (9, A, 110, 2, "D", None)],
 ]
 
 
