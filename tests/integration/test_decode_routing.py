@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from pipeline.spark.engine.decode_stage import Covered, RecordDecoder
 from pipeline.urb import decode_message, encode_message, make_element
 
-COVERED = {"OUT1": [Covered("COLOR", 10006, frozenset({4})),
-                    Covered("EMPL", 10006, frozenset({11, 12}))],
-           "OUT2": [Covered("EMPL", 10006, frozenset({11, 12}))]}
+COVERED = {"OUT1": [Covered("COLOR", frozenset({(10006, 4)})),
+                    Covered("EMPL", frozenset({(10006, 11), (10006, 12)}))],
+           "OUT2": [Covered("EMPL", frozenset({(10006, 11), (10006, 12)}))]}
 DECODER = RecordDecoder({"t.out1": "OUT1", "t.replies": "REPLY"}, "OUT1", "cp037",
                         home_destinations={"COLOR": "OUT1", "EMPL": "OUT2"},
                         initial_states={"ICOLOR": "COLOR"}, covered=COVERED,
@@ -100,7 +100,7 @@ def test_a_gfft_of_its_own_goes_to_every_subscription_covering_its_file() -> Non
     assert keys("t.out1", gfft(11)) == [("OUT1", "EMPL")]
     assert keys("t.out1", gfft(99)) == [("OUT1", "")]
     both = RecordDecoder({"t": "OUT1"}, "OUT1", "cp037", covered={"OUT1": [
-        Covered("A", 10006, frozenset({4})), Covered("B", 10006, frozenset({4, 5}))]})
+        Covered("A", frozenset({(10006, 4)})), Covered("B", frozenset({(10006, 4), (10006, 5)}))]})
     rows = both.rows("t", 0, 1, None, gfft(4))
     assert [(r["subscription"], r["part"]) for r in rows] == [("A", 0), ("B", 1)]
     for r in rows:  # each lands it (a layouts row per subscription), none as an echo

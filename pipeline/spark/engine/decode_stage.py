@@ -78,11 +78,11 @@ _TICK = struct.Struct(">Q")    # newest URBHTIME on the topic
 
 
 class Covered(NamedTuple):
-    """A configured subscription of a destination: its database and files (conf)."""
+    """A configured subscription of a destination: its files as (dbid, fnr) (conf: a
+    subscription may span databases)."""
 
     subscription: str
-    dbid: int
-    files: frozenset[int]
+    files: frozenset[tuple[int, int]]
 
 _COLUMNS = [("lane", pa.int32(), "int"), ("destination", pa.string(), "string"),
             ("subscription", pa.string(), "string"),
@@ -269,7 +269,7 @@ class RecordDecoder:
         dbid, fnr = el.fields.get("urbfdbid"), el.fields.get("urbffnr")
         subs = tuple(((destination, c.subscription), False)
                      for c in self._covered.get(destination, ())
-                     if c.dbid == dbid and fnr in c.files)
+                     if (dbid, fnr) in c.files)
         return subs or (((destination, ""), False),)
 
     def _status_key(self, destination: str, el: Any) -> Key:

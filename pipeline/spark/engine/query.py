@@ -67,7 +67,7 @@ def reassembly_config(settings: Settings) -> ReassemblyConfig:
         reply_destination=settings.replicator.reply_destination,
         request_token=settings.replicator.request_token,
         initial_states=tuple(InitialStateTarget(
-            s.name, s.initial_state, tuple((s.dbid, f) for f in s.files), tuple(s.destinations))
+            s.name, s.initial_state, s.file_keys(), tuple(s.destinations))
             for s in settings.subscriptions if s.initial_state),
         max_isns_per_request=inst.max_isns_per_request,
         initial_state_timeout_ms=inst.reply_timeout_ms,
@@ -81,7 +81,7 @@ def covered_subscriptions(settings: Settings) -> dict[str, list[Covered]]:
     out: dict[str, list[Covered]] = {}
     for s in settings.subscriptions:
         for d in s.destinations:
-            out.setdefault(d, []).append(Covered(s.name, s.dbid, frozenset(s.files)))
+            out.setdefault(d, []).append(Covered(s.name, frozenset(s.file_keys())))
     return out
 
 
