@@ -44,6 +44,7 @@ YAML keys (all optional except destinations and subscriptions; defaults in brack
       - {at: 40, status: LODS, subscription: COLOR, fnr: 4}
       - {at: 50, status: RPLS, subscription: COLOR, files: [4]}
     gfft_files: [4]               # files whose GFFT goes out after STRT and REST
+    # (gfft_files and utility_events name files of each subscription's primary database, dbid)
     # the transport and the machine, by default a real replicator behind an MQ source connector
     kafka_key: none               # none | msgid (MQMD.MsgId as 48 hex chars) | subscription
     lifecycle_names_destination: false   # true: STRT/REST/TERM name it in URBSDNAM
