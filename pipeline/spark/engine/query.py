@@ -54,6 +54,7 @@ log = logging.getLogger("urbpipe.query")
 
 def reassembly_config(settings: Settings) -> ReassemblyConfig:
     g = settings.stream.gaps
+    inst = settings.stream.initial_state
     return ReassemblyConfig(
         landing_policy=g.landing_policy, max_requests_per_gap=g.max_requests_per_gap,
         retry_initial_ms=g.retry_initial_ms, retry_multiplier=g.retry_multiplier,
@@ -63,14 +64,18 @@ def reassembly_config(settings: Settings) -> ReassemblyConfig:
         partial_timeout_ms=g.partial_timeout_ms, partial_stall_ms=g.partial_stall_ms,
         stat_interval_ms=g.stat_interval_ms or None, storm_window_ms=g.storm_window_ms,
         storm_max_gaps=g.storm_max_gaps, storm_max_tsnrs=g.storm_max_tsnrs,
+        confirmed_wait_ms=g.confirmed_wait_ms,
         tod_offset_us=settings.replicator.tod_offset_us,
         reply_destination=settings.replicator.reply_destination,
         request_token=settings.replicator.request_token,
-        initial_states=tuple(InitialStateTarget(s.name, s.initial_state, s.dbid, tuple(s.files),
-                                                tuple(s.destinations))
-                             for s in settings.subscriptions if s.initial_state),
-        max_isns_per_request=settings.stream.initial_state.max_isns_per_request,
-        initial_state_timeout_ms=settings.stream.initial_state.reply_timeout_ms)
+        initial_states=tuple(InitialStateTarget(
+            s.name, s.initial_state, s.file_keys(), tuple(s.destinations))
+            for s in settings.subscriptions if s.initial_state),
+        max_isns_per_request=inst.max_isns_per_request,
+        initial_state_timeout_ms=inst.reply_timeout_ms,
+        initial_state_max_requests=inst.max_concurrent_requests,
+        initial_state_max_attempts=inst.max_attempts,
+        initial_state_retry_ms=inst.refused_retry_ms)
 
 
 def covered_subscriptions(settings: Settings) -> dict[str, list[Covered]]:
@@ -78,7 +83,7 @@ def covered_subscriptions(settings: Settings) -> dict[str, list[Covered]]:
     out: dict[str, list[Covered]] = {}
     for s in settings.subscriptions:
         for d in s.destinations:
-            out.setdefault(d, []).append(Covered(s.name, s.dbid, frozenset(s.files)))
+            out.setdefault(d, []).append(Covered(s.name, frozenset(s.file_keys())))
     return out
 
 

@@ -133,7 +133,7 @@ def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, set
                       F.count("*").alias("records")).collect())
         newest = {(r["subscription"], r["dbid"], r["fnr"]): r["newest_us"] for r in files}
         records = {(r["subscription"], r["dbid"], r["fnr"]): r["records"] for r in files}
-        present = {f"{sub.lower()}_{fnr}" for sub, _, fnr in newest}
+        present = {settings.table_suffix(sub, dbid, fnr) for sub, dbid, fnr in newest}
         specs, events, fresh = _specs(spark, settings, batch, batch_id, present)
         if next_layouts is not None and present:  # the versions were read: the specs are final
             next_layouts.known(batch_id, specs)

@@ -18,6 +18,7 @@ from pipeline.payload import spark_ddl
 from pipeline.spark.land.tables import (
     CHANGE_FEED,
     SCHEMAS,
+    SENT_TABLE,
     lifetime_properties,
     properties_of,
     set_properties,
@@ -125,8 +126,9 @@ def typed_properties(settings: Settings, name: str) -> dict[str, str]:
 
 
 def job_tables(settings: Settings) -> list[str]:
-    """Every table the job writes for this conf: its own, then each layout's typed tables."""
-    names = list(SCHEMAS)
+    """Every table the job writes for this conf: its own (what it sent to Kafka last), then
+    each layout's typed tables."""
+    names = [*SCHEMAS, SENT_TABLE]
     for lay in settings.layouts:
         names.extend(name for name, _ in typed_tables(lay) if name not in names)
     return names
