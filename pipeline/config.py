@@ -445,6 +445,16 @@ class InitialState(_Model):
     refused_retry_ms: int = Field(60_000, ge=1_000)
 
 
+class Watermark(_Model):
+    """The consistency watermark (``pipeline/spark/land/watermark_rule.py``): how late, at
+    most, a cluster's nucleus hands a commit to the replicator compared with a transaction of
+    the same database committed after it. The watermark of a database is the newest commit
+    time of its whole prefix less this: 0 is exact for a plain nucleus (numbered in commit
+    order); the default covers a cluster (URBTNUCI) whose nuclei lag up to a second."""
+
+    nucleus_lag_ms: int = Field(1_000, ge=0, le=3_600_000)
+
+
 class Stream(_Model):
     """The streaming job: Kafka source options, trigger, lake and checkpoint locations."""
 
@@ -503,6 +513,7 @@ class Stream(_Model):
     prometheus_port: int | None = Field(None, ge=1024, le=65535)
     gaps: Gaps = Gaps()
     initial_state: InitialState = InitialState()
+    watermark: Watermark = Watermark()
 
     @field_validator("trigger_interval")
     @classmethod

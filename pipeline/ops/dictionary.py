@@ -22,7 +22,7 @@ from pathlib import Path
 from pipeline.config import ConfigError, Layout, Settings, load_settings
 from pipeline.spark.land.dictionary import TABLE_DOCS, Doc, column_doc
 from pipeline.spark.land.tables import SCHEMAS
-from pipeline.spark.land.watermark import subscription_view, view_queries
+from pipeline.spark.land.watermark import DB_VIEW, subscription_view, view_queries
 from pipeline.spark.typed.catalog import current_view, current_view_query
 from pipeline.spark.typed.dictionary import TABLE_DOCS as TYPED_DOCS
 from pipeline.spark.typed.dictionary import fixed_doc, value_doc
@@ -90,7 +90,8 @@ def typed_section(settings: Settings, lay: Layout) -> list[str]:
 
 
 def render(settings: Settings, conf_name: str) -> str:
-    views = [*(f"`{subscription_view(s.name)}`" for s in settings.subscriptions),
+    views = [f"`{DB_VIEW}`",
+             *(f"`{subscription_view(s.name)}`" for s in settings.subscriptions),
              "`v_watermark`", *(f"`{current_view(lay)}`" for lay in settings.layouts)]
     lines = [HEADER.format(conf=conf_name, views=", ".join(views)), *raw_section()]
     lines += ["## Watermark views", ""]

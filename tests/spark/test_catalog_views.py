@@ -89,11 +89,11 @@ def _row(isn: int, minute: int, *, deleted: bool = False, verified: bool = True,
             "origin": "live", "batch_id": 0, **values}
 
 
-def _mark(sub: str, minute: int | None, batch: int = 0) -> dict:
+def _mark(sub: str, minute: int | None, batch: int = 0, dbid: int = 10006) -> dict:
     when = None if minute is None else _at(minute)
-    return {"subscription": sub, "destination": "OUT1", "watermark": when, "landed_max": when,
-            "held_by": None, "open_gaps": 0, "gap_ids": [], "gap_floors": [],
-            "computed_at": _at(100 + batch)}
+    return {"subscription": sub, "destination": "OUT1", "dbid": dbid, "watermark": when,
+            "newest_commit": when, "nucleus_lag_ms": 0, "held_by": None, "open_gaps": 0,
+            "gap_ids": [], "gap_newest": [], "computed_at": _at(100 + batch)}
 
 
 def _status(fnr: int, status: str, version: int) -> dict:
@@ -111,8 +111,9 @@ def test_views_return_exactly_the_trustworthy_rows(spark, lake: Settings) -> Non
         _row(3, 1, verified=False, name="resent"), _row(4, 9, name="too new"),
         _row(5, 5, name="at the watermark")])
     _current_rows(spark, settings, "current_color_4", [_row(7, 1, sub="COLOR", color="RED")])
-    append_rows(spark, [_mark("EMPLOYEE", 3), _mark("COLOR", 2)], "watermarks", settings,
-                "t", 0)
+    # another database of EMPLOYEE, on its own clock far behind: not file 11's watermark
+    append_rows(spark, [_mark("EMPLOYEE", 3), _mark("COLOR", 2), _mark("EMPLOYEE", 0, dbid=7)],
+                "watermarks", settings, "t", 0)
     append_rows(spark, [_mark("EMPLOYEE", 5, 1)], "watermarks", settings, "t", 1)
     append_rows(spark, [_status(4, "stale", 1)], "file_status", settings, "t", 0)
     lines = publish(spark, settings)
@@ -122,7 +123,11 @@ def test_views_return_exactly_the_trustworthy_rows(spark, lake: Settings) -> Non
     def isns(view: str) -> set[int]:
         return {r.isn for r in spark.sql(f"SELECT isn FROM {schema}.{view}").collect()}
 
-    assert isns("v_current_employee_11") == {1, 5}
+    assert isns("v_current_employee_11") == {1, 5}, "by database 10006's watermark"
+    per_db = {(r.subscription, r.dbid): r.watermark.replace(tzinfo=UTC) for r in spark.sql(
+        f"SELECT subscription, dbid, watermark FROM {schema}.v_watermarks").collect()}
+    assert per_db == {("EMPLOYEE", 10006): _at(5), ("EMPLOYEE", 7): _at(0),
+                      ("COLOR", 10006): _at(2)}
     assert isns("v_current_color_4") == set(), "file 4 is stale: none of its rows"
     watermark = spark.sql(f"SELECT watermark FROM {schema}.v_watermark_employee").first()
     assert watermark["watermark"].replace(tzinfo=UTC) == _at(5), "the latest row counts"

@@ -17,9 +17,11 @@ from pipeline.spark.land.batch_writer import LandedBatch, batch_writer
 from pipeline.spark.land.raw import RawTables
 from pipeline.spark.land.tables import OUTPUT_DDL, STATS_TABLE, ensure_tables, table_path
 from pipeline.spark.land.watermark import Watermarks
+from pipeline.spark.land.watermark_rule import OPEN_STATES, call_newest
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 US = 1_000_000
+DBID = 10006
 
 
 def _us(tsnr: int) -> int:
@@ -29,19 +31,22 @@ def _us(tsnr: int) -> int:
 
 def _frame(spark, tsnrs: list[int], gaps: list[tuple[str, int, str]] = ()):
     """A batch as the state stage emits it: the transactions' rows, gap transitions
-    (gap id, tsnr, state) and the state call's metrics row with the commit times."""
+    (gap id, tsnr, state) and the state call's metrics row with the commit times and the
+    watermark's report (``call_newest``: the gaps open after the call are those given open)."""
     rows = []
     for t in tsnrs:
         when = (T0 + timedelta(minutes=t)).isoformat()
         rows.append(("transactions", json.dumps({
             "subscription": "COLOR", "destination": "OUT1", "epoch": 1, "tsnr": t,
-            "commit_time": when, "landed_at": when, "origin": "live"}), None))
+            "dbid": DBID, "commit_time": when, "landed_at": when, "origin": "live"}), None))
     for seq, (gap_id, t, state) in enumerate(gaps):
         rows.append(("gaps", json.dumps({
             "subscription": "COLOR", "destination": "OUT1", "epoch": 1, "gap_id": gap_id,
             "from_tsnr": t, "to_tsnr": t, "state": state, "kind": "tsnr", "seq": seq}), None))
     stats = {"destination": "OUT1", "subscription": "COLOR", "bytes": 0, "open_gaps": 0,
-             "times_us": [[_us(t), None, None] for t in tsnrs], "landed_us": 0}
+             "times_us": [[_us(t), None, None] for t in tsnrs], "landed_us": 0,
+             "newest": call_newest({}, [(1, t, DBID, _us(t)) for t in tsnrs],
+                                   [(1, t, g) for g, t, state in gaps if state in OPEN_STATES])}
     rows.append((STATS_TABLE, json.dumps(stats), None))
     return spark.createDataFrame(rows, OUTPUT_DDL)
 
@@ -58,7 +63,15 @@ class Boom:
 def _watermark(spark, settings: Settings) -> datetime | None:
     rows = (spark.read.format("delta").load(table_path(settings, "watermarks"))
             .orderBy("computed_at", ascending=False).limit(1).collect())
+    assert not rows or rows[0]["dbid"] == DBID, "a watermark per database"
     return rows[0]["watermark"].replace(tzinfo=UTC) if rows and rows[0]["watermark"] else None
+
+
+def _at(settings: Settings, minute: int) -> datetime:
+    """The watermark once tsnr ``minute``'s commit is the newest before any open gap: less
+    the nucleus lag and 1 µs."""
+    lag = timedelta(milliseconds=settings.stream.watermark.nucleus_lag_ms)
+    return T0 + timedelta(minutes=minute) - lag - timedelta(microseconds=1)
 
 
 def _count(spark, settings: Settings, table: str) -> int:
@@ -76,21 +89,21 @@ def test_held_while_commits_are_in_progress_and_never_past_an_open_gap(
     ensure_tables(spark, settings)
     run = batch_writer(settings, "app", [RawTables(settings), Watermarks(marks)])
     run(_frame(spark, [1, 2]), 0)
-    assert _watermark(spark, settings) == T0 + timedelta(minutes=2)
+    assert _watermark(spark, settings) == _at(settings, 2)
 
     failing = batch_writer(settings, "app", [RawTables(settings), Boom(), Watermarks(marks)])
     with pytest.raises(RuntimeError, match="failed after the raw tables"):
         failing(_frame(spark, [4, 5], [("1:3", 3, "open")]), 1)
     assert _count(spark, settings, "transactions") == 4, "the raw commits are done …"
-    assert _watermark(spark, settings) == T0 + timedelta(minutes=2), "… the watermark waits"
+    assert _watermark(spark, settings) == _at(settings, 2), "… the watermark waits"
 
     run(_frame(spark, [4, 5], [("1:3", 3, "open")]), 1)  # the batch again, whole
     assert _count(spark, settings, "transactions") == 4
-    assert _watermark(spark, settings) == T0 + timedelta(minutes=2), "tsnr 3 is missing"
+    assert _watermark(spark, settings) == _at(settings, 2), "tsnr 3 is missing"
     run(_frame(spark, [6], [("1:3", 3, "requested")]), 2)
-    assert _watermark(spark, settings) == T0 + timedelta(minutes=2)
+    assert _watermark(spark, settings) == _at(settings, 2)
 
     restarted = batch_writer(settings, "app", [RawTables(settings), Watermarks(marks)])
     restarted(_frame(spark, [3], [("1:3", 3, "filled")]), 3)  # marks read back first
-    assert _watermark(spark, settings) == T0 + timedelta(minutes=6), "filled: past the gap"
+    assert _watermark(spark, settings) == _at(settings, 6), "filled: past the gap"
     assert _count(spark, settings, "watermarks") == 4, "one row per batch that moved it"

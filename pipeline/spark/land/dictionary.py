@@ -282,17 +282,26 @@ COLUMNS: dict[str, dict[str, Doc]] = {
         "seq": _D("Order of the rows within the batch."),
     },
     "watermarks": {
+        "dbid": _D("Database (URBTDBID) whose commit times the watermark bounds: each database "
+                   "of a subscription has its own clock and its own watermark."),
         "watermark": _D("The consistency watermark: every transaction of this (destination, "
-                        "subscription) committed at or before it has landed in every table, "
-                        "raw and typed, with no open gap before it.",
-                        "until one is known (nothing landed yet, or an open gap older than "
-                        "the watermarks)"),
-        "landed_max": _D("Newest commit time landed for the key.", "before any landed"),
-        "held_by": _D("gap_id of the open gap holding the watermark back.", "when none is"),
+                        "subscription) from database dbid committed at or before it has landed "
+                        "in every table, raw and typed, with no open gap before it; a time on "
+                        "that database's clock: newest_commit less nucleus_lag_ms less 1 µs, "
+                        "never moving back.",
+                        "until one is known (nothing landed yet before the lowest open gap)"),
+        "newest_commit": _D("Newest commit time (URBTTTIM) of the database among the "
+                            "transactions before the lowest open gap, all landed.",
+                            "before any landed there"),
+        "nucleus_lag_ms": _D("The conf's stream.watermark.nucleus_lag_ms when the row was "
+                             "computed: how late a cluster's nucleus may hand a commit over."),
+        "held_by": _D("gap_id of the lowest open gap: transactions after it do not move the "
+                      "watermark until it ends.", "when none is open"),
         "open_gaps": _D("Open gaps (kind 'tsnr') of the key after the batch."),
-        "gap_ids": _D("The open gaps' ids."),
-        "gap_floors": _D("Each open gap's floor: the newest commit time landed before the "
-                         "batch that opened it (null inside: unknown)."),
+        "gap_ids": _D("The open gaps' ids, by position."),
+        "gap_newest": _D("Per open gap, the database's newest commit time landed from the gap "
+                         "up to the next open one: joins newest_commit when the gap ends "
+                         "(null inside: none landed there)."),
         "computed_at": _D("When the batch's commits were done and the row computed (UTC)."),
     },
 }

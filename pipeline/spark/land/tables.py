@@ -94,12 +94,12 @@ SCHEMAS: dict[str, str] = {
         "dbid int, fnr int, status string, stale_kinds string, reason string, since timestamp, "
         "file_name string, version bigint, truncated_before timestamp, event_id string, "
         "st string, action string, run_id string, updated_at timestamp, seq int"),
-    # The consistency watermark per (destination, subscription), after each batch whose
+    # The consistency watermark per (destination, subscription, dbid), after each batch whose
     # commits moved it (pipeline/spark/land/watermark.py): its latest row by computed_at.
     "watermarks": (
-        "subscription string, destination string, watermark timestamp, landed_max timestamp, "
-        "held_by string, open_gaps int, gap_ids array<string>, gap_floors array<timestamp>, "
-        "computed_at timestamp"),
+        "subscription string, destination string, dbid int, watermark timestamp, "
+        "newest_commit timestamp, nucleus_lag_ms int, held_by string, open_gaps int, "
+        "gap_ids array<string>, gap_newest array<timestamp>, computed_at timestamp"),
 }
 #: What the job sent to Kafka, one row per message (a request message, an alert), written
 #: right after the producer's flush and tagged with the batch (``kafka_out.RequestsAndAlerts``):

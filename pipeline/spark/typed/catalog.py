@@ -5,11 +5,11 @@ What analysts find by name (``SHOW TABLES IN urbpipe``):
 * every table ``job_tables`` names for the conf (the job's own, each layout's typed tables)
   that exists in the lake, as an external Delta table at its path
   (``pipeline.spark.land.catalog``);
-* ``v_watermark_<subscription>`` and ``v_watermark``: the consistency watermark
-  (``pipeline.spark.land.watermark``);
-* ``v_current_<subscription>_<fnr>`` per layout: the current table's trustworthy rows — not
-  deleted, verified, the file active (its latest ``file_status`` row), committed at or before
-  the subscription's watermark.
+* ``v_watermarks`` (per subscription and database), ``v_watermark_<subscription>`` and
+  ``v_watermark``: the consistency watermarks (``pipeline.spark.land.watermark``);
+* ``v_current_<suffix>`` per layout (the typed tables' suffix, ``Layout.table_suffix()``):
+  the current table's trustworthy rows — not deleted, verified, the file active (its latest
+  ``file_status`` row), committed at or before its database's watermark.
 
 ``publish`` runs at every start of the job, after the tables are created and reconciled (so a
 layout added to the conf appears with its tables), and is what ``urbpipe catalog sync`` runs on
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 from pipeline.config import Layout, Settings
 from pipeline.spark.land import catalog
 from pipeline.spark.land.tables import table_path
+from pipeline.spark.land.watermark import DB_VIEW, view_queries
 from pipeline.spark.land.watermark import TABLE as WATERMARKS
-from pipeline.spark.land.watermark import subscription_view, view_queries
 from pipeline.spark.typed.tables import current_table, job_tables
 
 if TYPE_CHECKING:
@@ -38,18 +38,21 @@ def current_view(lay: Layout) -> str:
 
 
 def current_view_query(settings: Settings, lay: Layout) -> tuple[str, str]:
-    """(comment, query) of ``current_view(lay)``."""
+    """(comment, query) of ``current_view(lay)``: filtered by the watermark of the layout's
+    own database (``v_watermarks``), the clock its rows' commit times are on."""
     schema = settings.catalog.schema_name
     current = current_table(lay)
-    watermark = subscription_view(lay.subscription)
     status = (f"(SELECT status FROM `{schema}`.`file_status` WHERE dbid = {lay.dbid} AND "
               f"fnr = {lay.fnr} ORDER BY version DESC, seq DESC LIMIT 1)")
+    watermark = (f"(SELECT watermark FROM `{schema}`.`{DB_VIEW}` WHERE subscription = "
+                 f"'{lay.subscription}' AND dbid = {lay.dbid})")
     comment = (f"The rows of {current} an analyst can trust: not deleted, verified, file "
                f"{lay.dbid}/{lay.fnr} active (its latest file_status row), committed at or "
-               f"before subscription {lay.subscription}'s consistency watermark ({watermark}). "
-               "A row changed after the watermark is left out until the watermark passes it.")
+               f"before the consistency watermark of subscription {lay.subscription} and "
+               f"database {lay.dbid} ({DB_VIEW}). A row changed after the watermark is left "
+               "out until the watermark passes it.")
     query = (f"SELECT c.* FROM `{schema}`.`{current}` c WHERE NOT c.deleted AND c.verified "
-             f"AND c.commit_time <= (SELECT watermark FROM `{schema}`.`{watermark}`) "
+             f"AND c.commit_time <= {watermark} "
              f"AND coalesce({status}, 'active') = 'active'")
     return comment, query
 
