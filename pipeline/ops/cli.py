@@ -141,6 +141,18 @@ def cmd_gaps_ack(args: argparse.Namespace, settings: Settings) -> int:
     gap = acknowledge(lake, args.gap, args.by, args.note)
     print(f"acknowledged {gap.ref} ({gap.state}, tsnr {gap.row['from_tsnr']}-"
           f"{gap.row['to_tsnr']}) by {args.by}")
+    if not settings.alertmanager.url:
+        return errors.OK
+    from pipeline.alertmanager import AlertmanagerOut, gap_resolved
+
+    pager = AlertmanagerOut(settings)
+    if pager.post([gap_resolved(settings, gap.row, gap.ack.at if gap.ack else
+                                datetime.now(UTC))]):
+        print(f"error: the acknowledgement is recorded, but Alertmanager "
+              f"{settings.alertmanager.url} did not take the resolved alert ({pager.error}): "
+              "it stays firing until its endsAt; run gaps ack again", file=sys.stderr)
+        return errors.UNREACHABLE
+    print(f"resolved its alert in Alertmanager {settings.alertmanager.url}")
     return errors.OK
 
 
@@ -409,7 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
     _json_option(p)
     p = _sub(gsub, "ack", "acknowledge a gap (recorded in the gap_acks Delta table)",
              "Record who acknowledged a gap and why, in the gap_acks Delta table next to the "
-             "job's tables.", cmd_gaps_ack)
+             "job's tables; with alertmanager.url in conf, resolve the gap's alert there too. "
+             "What to do about the lost transactions before: docs/runbook.md, "
+             "\"gap_unrecoverable\".", cmd_gaps_ack)
     p.add_argument("gap", metavar="GAP_ID",
                    help="DEST/SUBSCRIPTION/EPOCH:TSNR as gaps list shows it (or the bare "
                         "EPOCH:TSNR when unambiguous)")

@@ -3,7 +3,8 @@ landing step that sends a batch's ``requests`` and ``alerts`` rows.
 
 Kafka sends come after the Delta commits and are at-least-once: a replay re-sends them, and
 each carries an idempotency key (Kafka key and header) so the replicator's side and alert
-consumers can drop repeats.
+consumers can drop repeats. With ``alertmanager.url`` the alerts are also posted to
+Alertmanager (``pipeline.alertmanager``: fired, and resolved when a gap fills).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import logging
 from typing import Any
 
+from pipeline.alertmanager import AlertmanagerOut
 from pipeline.config import Settings
 from pipeline.errors import KafkaRefused
 from pipeline.kafka_refusal import ClientErrors
@@ -32,6 +34,7 @@ class KafkaOut:
         self._settings = settings
         self._producer: Any = None
         self._errors = ClientErrors()  # librdkafka's error_cb: why a first contact failed
+        self._pager = AlertmanagerOut(settings) if settings.alertmanager.url else None
 
     def connect(self, timeout_s: float = 30.0) -> None:
         """Create the producer and fetch the cluster's metadata: the job finds out at start,
@@ -68,6 +71,12 @@ class KafkaOut:
         if self._producer is not None and self._producer.flush(30) > 0:
             raise RuntimeError("Kafka did not acknowledge all requests/alerts within 30s")
 
+    def page(self, alerts: list[dict[str, Any]]) -> None:
+        """The alerts to Alertmanager, if conf names one (with any it could not take before);
+        never raises."""
+        if self._pager is not None:
+            self._pager.send(alerts)
+
 
 def request_form(settings: Settings) -> RequestForm:
     rep = settings.replicator
@@ -103,6 +112,7 @@ def send_requests_and_alerts(settings: Settings, out: KafkaOut, requests: list[d
                  {"idempotency_key": alert["idempotency_key"], "kind": alert["kind"]})
         log.warning(json.dumps({"event": "alert", **alert}, default=str))
     out.flush()
+    out.page(alerts)
 
 
 class RequestsAndAlerts:
@@ -122,4 +132,6 @@ class RequestsAndAlerts:
         alerts = batch.collect("alerts") if batch.counts.get("alerts") else []
         if requests or alerts:
             send_requests_and_alerts(self._settings, self._out, requests, alerts)
+        else:
+            self._out.page([])  # what Alertmanager could not take before, if anything
         return {}
