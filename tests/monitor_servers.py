@@ -10,6 +10,7 @@ waits shortened, so a test sees the routing users get, in seconds.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import threading
@@ -163,3 +164,42 @@ def query(url: str, expr: str) -> list[dict[str, Any]]:
     assert answer["status"] == "success", answer
     result = answer["data"]["result"]
     return result if answer["data"]["resultType"] == "vector" else [result]
+
+
+_COMPARISON = re.compile(r"(==|!=|>=|<=|>|<)(?!\s*bool\b)")
+
+
+def as_measure(expr: str) -> str:
+    """A rule's expression with each comparison made ``bool``: the series it compares, 0 or 1
+    each, instead of only those past the threshold. A rule that is not firing then still
+    shows whether its metrics and label matching find data. Label matchers are left alone."""
+    parts = re.split(r"(\{[^}]*\})", expr)
+    return "".join(part if part.startswith("{") else _COMPARISON.sub(r"\1 bool", part)
+                   for part in parts)
+
+
+def panel_query(expr: str, rate_interval: str = "1m") -> str:
+    """A dashboard query as Grafana sends it with every subscription selected."""
+    return expr.replace("$subscription", ".*").replace("$__rate_interval", rate_interval)
+
+
+def rule_expressions() -> dict[str, str]:
+    """Every rule of the rules file by name (alert or record) → its expression."""
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return {r.get("alert") or r["record"]: r["expr"] for g in groups for r in g["rules"]}
+
+
+def documented_metrics() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """docs/metrics.md's table: name → (type, labels sorted)."""
+    rows = re.findall(r"^\| `(\w+)` \| (\w+) \| ([^|]+) \|",
+                      (ROOT / "docs" / "metrics.md").read_text(), re.MULTILINE)
+    return {name: (kind, tuple(sorted(re.findall(r"`(\w+)`", labels))))
+            for name, kind, labels in rows}
+
+
+def served_metrics(body: str) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """An exposition's samples: name → (type, labels sorted)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {sample.name: (family.type, tuple(sorted(sample.labels)))
+            for family in text_string_to_metric_families(body) for sample in family.samples}

@@ -214,23 +214,32 @@ def format_progress(record: Mapping[str, Any]) -> str:
     return " | ".join(parts)
 
 
-def read_last_record(path: str | Path) -> dict[str, Any] | None:
-    """The newest record of a metrics file, or None (missing, empty, unreadable)."""
-    p = Path(path)
+def read_recent_records(path: str | Path, tail_bytes: int = 1 << 20) -> list[dict[str, Any]]:
+    """The records in the last ``tail_bytes`` of a metrics file, oldest first (none when it
+    is missing or unreadable): bounded, however long the job ran."""
     try:
-        with p.open("rb") as fh:
+        with Path(path).open("rb") as fh:
             fh.seek(0, 2)
             size = fh.tell()
-            fh.seek(max(0, size - 65536))
+            fh.seek(max(0, size - tail_bytes))
             lines = fh.read().decode("utf-8", "replace").splitlines()
     except OSError:
-        return None
-    for line in reversed(lines):
+        return []
+    out = []
+    for line in lines:
         try:
-            return json.loads(line)
+            record = json.loads(line)
         except ValueError:
-            continue
-    return None
+            continue  # the first line of the tail may be cut
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
+def read_last_record(path: str | Path) -> dict[str, Any] | None:
+    """The newest record of a metrics file, or None (missing, empty, unreadable)."""
+    records = read_recent_records(path, 65536)
+    return records[-1] if records else None
 
 
 class MetricsListener(StreamingQueryListener):

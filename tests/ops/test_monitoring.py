@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.config import Settings, load_settings
 from pipeline.ops import monitoring
 from pipeline.ops.dashboard import dashboard, panels
 from pipeline.ops.prometheus import CATALOG, PrometheusExporter, job_view, observe, samples
+from tests.monitor_servers import documented_metrics, served_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,21 +68,6 @@ def settings(tmp_path: Path) -> Settings:
     return load_settings(conf, env={})
 
 
-def documented() -> dict[str, tuple[str, tuple[str, ...]]]:
-    """docs/metrics.md's table: name → (type, labels)."""
-    rows = re.findall(r"^\| `(\w+)` \| (\w+) \| ([^|]+) \|", (ROOT / monitoring.METRICS_DOC)
-                      .read_text(), re.MULTILINE)
-    return {name: (kind, tuple(re.findall(r"`(\w+)`", labels))) for name, kind, labels in rows}
-
-
-def served(body: str) -> dict[str, tuple[str, tuple[str, ...]]]:
-    out = {}
-    for family in text_string_to_metric_families(body):
-        for sample in family.samples:
-            out[sample.name] = (family.type, tuple(sorted(sample.labels)))
-    return out
-
-
 def test_every_served_metric_is_in_the_table_and_every_metric_there_is_served(
         settings: Settings) -> None:
     now = time.time()
@@ -94,12 +79,10 @@ def test_every_served_metric_is_in_the_table_and_every_metric_there_is_served(
                                       timeout=5).read().decode()
     finally:
         exporter.close()
-    table, got = documented(), served(body)
+    table, got = documented_metrics(), served_metrics(body)
     assert len(table) == len(CATALOG)
-    table_sorted = {name: (kind, tuple(sorted(labels))) for name, (kind, labels) in table.items()}
-    differ = [(n, got[n], table_sorted[n]) for n in set(got) & set(table)
-              if got[n] != table_sorted[n]]
-    assert got == table_sorted, (
+    differ = [(n, got[n], table[n]) for n in set(got) & set(table) if got[n] != table[n]]
+    assert got == table, (
         f"served, not in docs/metrics.md: {sorted(set(got) - set(table))}; in the table, not "
         f"served: {sorted(set(table) - set(got))}; differing: {differ}")
 
