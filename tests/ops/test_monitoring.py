@@ -142,3 +142,16 @@ def test_dashboard_panels_name_only_catalogued_metrics_and_rules() -> None:
     assert sum(1 for p in model["panels"] if p["type"] == "timeseries") == len(panels())
     ids = [p["id"] for p in model["panels"]]
     assert len(ids) == len(set(ids))
+
+
+def test_where_names_files_that_exist_and_the_endpoint(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    """What `make demo` ends with (pipeline/demo.py prints monitoring.where)."""
+    lines = monitoring.where(Settings(stream={"prometheus_port": 9464,
+                                              "prometheus_address": "0.0.0.0"}))
+    assert lines[0].startswith("metrics:      http://0.0.0.0:9464/metrics")
+    paths = re.findall(r"(/\S+\.(?:md|yml|json))(?=[\s;)]|$)", "\n".join(lines))
+    assert len(paths) == 6 and all(Path(p).exists() for p in paths), paths  # not metrics.jsonl
+    assert "off (set stream.prometheus_port)" in monitoring.where(Settings())[0]
+    assert monitoring.main(["where", "--conf-file", str(ROOT / "conf" / "test.yaml")]) == 0
+    assert "runbook:" in capsys.readouterr().out
