@@ -15,6 +15,7 @@ import ast
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import yaml
@@ -143,7 +144,8 @@ def _kinds(expr: ast.expr, fn: ast.FunctionDef, module: Module, index: int | Non
     return set(), [f"{module.path.relative_to(ROOT)}:{expr.lineno}: {ast.unparse(expr)}"]
 
 
-def alert_kinds() -> tuple[set[str], list[str]]:
+@cache
+def alert_kinds() -> tuple[frozenset[str], tuple[str, ...]]:
     """Every kind the code can emit, and the kind expressions it could not resolve."""
     mods = list(modules())
     builders: set[str] = set()
@@ -186,7 +188,7 @@ def alert_kinds() -> tuple[set[str], list[str]]:
                         found, missing = _kinds(value, fn, module)
                         kinds |= found
                         unresolved += missing
-    return kinds, unresolved
+    return frozenset(kinds), tuple(unresolved)
 
 
 def headings() -> set[str]:
