@@ -147,7 +147,7 @@ _GAUGES = ("gap_states", "oldest_gap_ms", "outstanding", "storm", "idle")
 def key_totals(stats: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The state calls' metrics rows of one batch per (destination, subscription): landed
     transactions, bytes, duplicates and rows by kind summed, the newest commit per file, and
-    the key's gauges as its last call left them."""
+    the key's gauges as its last call left them; values that are 0 or empty are left out."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for row in stats:
         key = (row["destination"], row["subscription"])
@@ -163,7 +163,9 @@ def key_totals(stats: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         for name, commit in (row.get("file_commits_us") or {}).items():
             have["file_commits_us"][name] = max(have["file_commits_us"].get(name, commit), commit)
         have.update({name: row[name] for name in _GAUGES if name in row})
-    return [out[k] for k in sorted(out)]
+    # only what is not zero or empty: a line per batch in the metrics file, per busy key
+    return [{k: v for k, v in out[key].items() if v or k in ("destination", "subscription")}
+            for key in sorted(out)]
 
 
 def _offsets(value: Any) -> dict[str, dict[str, int]]:

@@ -250,8 +250,9 @@ def _observe_key(view: JobView, row: Mapping[str, Any]) -> None:
     states = row.get("gap_states") or {}
     for state in {*OPEN_GAP_STATES, *states}:
         view.set("urbpipe_gaps_open", (*key, state), states.get(state, 0))
-    for kind, n in (row.get("outstanding") or {}).items():
-        view.set("urbpipe_requests_outstanding", (*key, kind), n)
+    outstanding = row.get("outstanding") or {}
+    for kind in {"TRAN", "INST", *outstanding}:
+        view.set("urbpipe_requests_outstanding", (*key, kind), outstanding.get(kind, 0))
     view.set("urbpipe_storm_breaker_tripped", key, row.get("storm", 0))
     view.set("urbpipe_subscription_idle", key, row.get("idle", 0))
     view.oldest_gap_ms[key] = row.get("oldest_gap_ms")

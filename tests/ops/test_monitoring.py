@@ -119,11 +119,12 @@ def test_a_later_batch_without_gaps_sets_the_keys_gauges_back() -> None:
     view = job_view(settings)
     record = full_record(time.time())
     observe(view, record)
-    quiet = {**record, "keys": [{**record["keys"][0], "gap_states": {}, "oldest_gap_ms": None,
-                                 "idle": 1, "transactions": 0}]}
+    # as key_totals writes it: nothing open, nothing outstanding, so those are left out
+    quiet = {**record, "keys": [{"destination": "OUT1", "subscription": "COLOR", "idle": 1}]}
     observe(view, quiet)
     found = samples(view, time.time())
     assert found["urbpipe_gaps_open"][("OUT1", "COLOR", "open")] == 0
+    assert found["urbpipe_requests_outstanding"][("OUT1", "COLOR", "TRAN")] == 0
     assert found["urbpipe_gaps_oldest_open_age_seconds"][("OUT1", "COLOR")] == 0
     assert found["urbpipe_subscription_idle"][("OUT1", "COLOR")] == 1
     assert found["urbpipe_transactions_total"][("OUT1", "COLOR")] == 3
