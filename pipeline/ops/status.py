@@ -246,8 +246,9 @@ def build_report(settings: Settings, lake: Lake, *, end_offsets: dict | None,
     parts = partition_lags(settings, end_offsets, checkpoint.offsets if checkpoint else {})
     seen = job_view_of_keys(metrics_path)
     configured = {(d, s.name) for s in settings.subscriptions for d in s.destinations}
-    keys = sorted(configured | set(seen) | {(g.row["destination"], g.row["subscription"])
-                                            for g in gaps})
+    called = {k for k in seen if k[1]}  # a destination-wide key only shows with its gaps
+    keys = sorted(configured | called | {(g.row["destination"], g.row["subscription"])
+                                         for g in gaps})
     landed = newest_landed(lake, keys)
     statuses = last_status_events(lake, keys)
     lag, waited = destination_lag(parts), destination_waited(parts, message_times, now)
