@@ -511,9 +511,23 @@ class Stream(_Model):
     # appends; ``auto`` — direct for a lake on the local file system, Spark otherwise.
     raw_writer: Literal["auto", "direct", "spark"] = "auto"
     prometheus_port: int | None = Field(None, ge=1024, le=65535)
+    # Where the endpoint listens: 127.0.0.1 keeps it on the driver's machine; 0.0.0.0 (or the
+    # pod's address) lets a cluster's Prometheus scrape the driver (conf/README.md).
+    prometheus_address: str = "127.0.0.1"
+    # A file is fresh while its newest landed transaction's commit time is at most this old,
+    # or its subscription is idle (the STAT probe's answer): the freshness objective the
+    # burn-rate alerts of monitoring/prometheus/urbpipe-rules.yml measure.
+    freshness_objective_seconds: float = Field(900.0, gt=0)
     gaps: Gaps = Gaps()
     initial_state: InitialState = InitialState()
     watermark: Watermark = Watermark()
+
+    @field_validator("prometheus_address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        if not re.match(r"^[A-Za-z0-9.:-]{1,253}$", value.strip()):
+            raise ValueError("must be an IP address or host name to listen on (0.0.0.0: all)")
+        return value.strip()
 
     @field_validator("trigger_interval")
     @classmethod
@@ -733,6 +747,45 @@ class Catalog(_Model):
         return value
 
 
+#: Where monitoring/prometheus/urbpipe-rules.yml and the alerts the job posts send an on-call
+#: engineer: docs/runbook.md as your copy of the repository serves it (conf/README.md).
+DEFAULT_RUNBOOK_URL = "https://urbpipe.invalid/docs/runbook.md"
+_LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Alertmanager(_Model):
+    """The job's own alerts posted to Alertmanager's API (``pipeline.alertmanager``), beside
+    the alerts topic and table: a gap's alert fires while it is open or unrecoverable and is
+    resolved when it fills (the job) or an operator acknowledges it (``urbpipe gaps ack``)."""
+
+    url: str | None = None
+    # Added to every alert posted (e.g. cluster, team); alertname, severity, destination,
+    # subscription and the alert's own identity are the job's.
+    labels: dict[str, str] = Field(default_factory=lambda: {"job": "urbpipe"})
+    # A firing alert's endsAt: it stays firing this long unless resolved before (a gap
+    # filled, acknowledged; a breaker resumed) ...
+    hold_hours: float = Field(168.0, gt=0)
+    # ... and an alert about one event (a rejected request, a lost continuation …) this long.
+    event_hours: float = Field(24.0, gt=0)
+    timeout_seconds: float = Field(5.0, gt=0, le=120)
+    runbook_url: str = DEFAULT_RUNBOOK_URL
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+(/[^\s]*)?$", value):
+            raise ValueError("must look like http://alertmanager:9093")
+        return value.rstrip("/") if value else value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not _LABEL_NAME.match(name) or name.startswith("__"):
+                raise ValueError(f"label {name!r} is not a Prometheus label name")
+        return value
+
+
 #: Columns every typed change/current-state row carries; a layout's columns must not reuse them.
 TYPED_KEY_COLUMNS = frozenset({
     "subscription", "destination", "epoch", "tsnr", "rsnr", "dsnr", "isn", "record_type",
@@ -857,6 +910,7 @@ class Settings(_Model):
     object_store: ObjectStore = ObjectStore()
     maintenance: Maintenance = Maintenance()
     catalog: Catalog = Catalog()
+    alertmanager: Alertmanager = Alertmanager()
     base_dir: str = "."
 
     @model_validator(mode="after")

@@ -14,7 +14,7 @@ import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pipeline.config import Settings
 from pipeline.reassembly import ReassemblyConfig
@@ -34,7 +34,12 @@ from pipeline.spark.land.file_watch import FileWatch
 from pipeline.spark.land.kafka_out import RequestsAndAlerts
 from pipeline.spark.land.maintenance import InJobMaintenance
 from pipeline.spark.land.raw import RawTables
-from pipeline.spark.land.report import BatchCallback, BatchReport, LatencyCallback
+from pipeline.spark.land.report import (
+    BatchCallback,
+    BatchReport,
+    KeysCallback,
+    LatencyCallback,
+)
 from pipeline.spark.land.tables import ensure_tables
 from pipeline.spark.land.watermark import Watermarks
 from pipeline.spark.typed.catalog import publish
@@ -187,11 +192,14 @@ class QueryObserver(Protocol):
 
     def batch_latency(self, batch_id: int, times: list[tuple[int | None, ...]]) -> None: ...
 
+    def batch_keys(self, batch_id: int, stats: list[dict[str, Any]]) -> None: ...
+
     def started(self, query: StreamingQuery) -> None: ...
 
 
 def landing_steps(settings: Settings, on_batch: BatchCallback | None = None,
-                  on_latency: LatencyCallback | None = None) -> list[LandingStep]:
+                  on_latency: LatencyCallback | None = None,
+                  on_keys: KeysCallback | None = None) -> list[LandingStep]:
     """The batch writer's steps, in order: raw tables; with conf layouts the typed tables, and
     the lifecycle events after them; requests and alerts (its producer connects now); the
     consistency watermark (after every Delta commit of the batch); the batch's metrics. The
@@ -209,7 +217,7 @@ def landing_steps(settings: Settings, on_batch: BatchCallback | None = None,
         steps.append(InJobMaintenance(settings, select_tables(settings)))
     if settings.maintenance.watch_minutes and settings.maintenance.alert_files:
         steps.append(FileWatch(settings, select_tables(settings)))
-    steps.append(BatchReport(on_batch, on_latency))
+    steps.append(BatchReport(on_batch, on_latency, on_keys))
     return steps
 
 
@@ -238,7 +246,8 @@ def start_stream(spark: SparkSession, settings: Settings, *,
             on_batch(batch_id, counts, seconds)
 
     latency = observer.batch_latency if observer is not None else None
-    steps = landing_steps(settings, batch_done, latency)
+    keys = observer.batch_keys if observer is not None else None
+    steps = landing_steps(settings, batch_done, latency, keys)
     query = (build_plan(spark, settings, lanes).writeStream
              .foreachBatch(batch_writer(settings, app_id, steps))
              .option("checkpointLocation", checkpoint)

@@ -20,7 +20,7 @@ in the offset log, so a replayed batch sees the same value), never the wall cloc
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -43,6 +43,7 @@ from pipeline.reassembly.tables import (
     ms_to_datetime,
     stck_to_unix_us,
 )
+from pipeline.spark.engine import key_gauges
 from pipeline.spark.engine.decode_stage import (
     ERROR_EYE,
     TICK_PART,
@@ -349,20 +350,26 @@ def key_stats(key: tuple[str, str], frames: list[pd.DataFrame], state: KeyState 
               events: list[Any] = (), tod_offset_us: int = 0,
               landed: Columns | None = None,
               early: Sequence[Sequence[int | None]] = (),
+              early_files: Mapping[str, int] | None = None,
               early_newest: dict[int, int] | None = None) -> dict[str, Any]:
     """The metrics row of one call: input bytes (each record once), the key's open gaps,
     each landed transaction's commit/processed/sent times (Unix µs) for the latency legs, so
     the sink needs no extra Spark job to read them back (``early``: those of the
     transactions flushed early, ``EarlyFiles.times``; ``landed``: the rest of the fast
-    path's, then the events'), and ``newest``: the newest commit time per watermark bucket
-    and database (``watermark_rule.call_newest``; ``early_newest``: the flushed
-    transactions', ``EarlyFiles.newest``)."""
+    path's, then the events'); what ``key_gauges`` tells of the key's state and of the
+    newest commit it landed per file (``early_files``: those of the early flushes); and
+    ``newest``: the newest commit time per watermark bucket and database
+    (``watermark_rule.call_newest``; ``early_newest``: the flushed transactions',
+    ``EarlyFiles.newest``)."""
+    early_files = early_files or {}
     nbytes = sum(int(f.loc[f["part"] == 0, "value"].map(len).sum()) for f in frames if len(f))
     times: list[Sequence[int | None]] = [*early, *landed_times(landed)]
     done = [e for e in events if isinstance(e, TransactionComplete)]
     times += [(stck_to_unix_us(e.commit_time, tod_offset_us),
                stck_to_unix_us(e.processed_time, tod_offset_us),
                stck_to_unix_us(e.sent_time, tod_offset_us)) for e in done]
+    files = key_gauges.newest(early_files, key_gauges.file_commits(landed),
+                              key_gauges.event_commits(events, tod_offset_us))
     prefix = dict(early_newest or {})
     landed_newest(landed, prefix)
     gaps = [(g.epoch, g.from_u, g.gap_id) for g in state.gaps] if state is not None else []
@@ -371,7 +378,7 @@ def key_stats(key: tuple[str, str], frames: list[pd.DataFrame], state: KeyState 
                                   if not e.initial_state], gaps)
     return {"destination": key[-2], "subscription": key[-1], "bytes": nbytes,
             "open_gaps": len(state.gaps) if state is not None else 0, "times_us": times,
-            "newest": newest}
+            "file_commits_us": files, **key_gauges.state_gauges(state), "newest": newest}
 
 
 def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int,
@@ -393,7 +400,8 @@ def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int,
         row["quarantined_at"] = ms_to_datetime(now_ms)
     tables.setdefault("quarantine", []).extend(rejected)
     if stats is not None:
-        tables[STATS_TABLE] = [{**stats, "landed_us": now_ms * 1000}]
+        tables[STATS_TABLE] = [{**stats, **key_gauges.row_counts(tables),
+                                "landed_us": now_ms * 1000}]
     if files is not None:
         tables = files.split(tables, columns,
                              task_batch_id() if batch_id is None else batch_id)
@@ -419,10 +427,12 @@ class EarlyFiles:
         self._writing: Future[pd.DataFrame] | None = None
         self._pool: ThreadPoolExecutor | None = None
         self.times: list[tuple[int | None, ...]] = []
+        self.files: dict[str, int] = {}  # newest commit per file (key_gauges.file_commits)
         self.newest: dict[int, int] = {}  # newest commit per database (the watermark's)
 
     def __call__(self, columns: Columns) -> None:
         self.times += landed_times(columns)
+        self.files = key_gauges.newest(self.files, key_gauges.file_commits(columns))
         landed_newest(columns, self.newest)
         batch_id = task_batch_id()  # the task's property, read on the task's own thread
         self._wait()
@@ -462,6 +472,7 @@ def key_output(key: tuple[str, str], frames: list[pd.DataFrame], done: KeyStep,
     result = done.result
     stats = key_stats(key, frames, result.state, result.events, config.tod_offset_us,
                       done.landed, early.times if early is not None else (),
+                      early.files if early is not None else None,
                       early.newest if early is not None else None)
     out = batch_output(events, done.rejected, now_ms, stats, files, config.tod_offset_us,
                        done.landed)

@@ -8,7 +8,8 @@ after the producer's flush it appends one ``kafka_sent`` row per message, tagged
 batch (``pipeline.spark.land.ledger``), and a batch replayed after a crash between the send
 and Spark's checkpoint commit finds them there and sends nothing again. What remains
 at-least-once is the narrow window between the flush and that append (a crash there sends the
-batch's messages once more).
+batch's messages once more). With ``alertmanager.url`` the alerts are also posted to
+Alertmanager (``pipeline.alertmanager``: fired, and resolved when a gap fills).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from pipeline.alertmanager import AlertmanagerOut
 from pipeline.config import Settings
 from pipeline.errors import KafkaRefused
 from pipeline.kafka_refusal import ClientErrors
@@ -40,6 +42,7 @@ class KafkaOut:
         self._settings = settings
         self._producer: Any = None
         self._errors = ClientErrors()  # librdkafka's error_cb: why a first contact failed
+        self._pager = AlertmanagerOut(settings) if settings.alertmanager.url else None
 
     def connect(self, timeout_s: float = 30.0) -> None:
         """Create the producer and fetch the cluster's metadata: the job finds out at start,
@@ -75,6 +78,12 @@ class KafkaOut:
     def flush(self) -> None:
         if self._producer is not None and self._producer.flush(30) > 0:
             raise RuntimeError("Kafka did not acknowledge all requests/alerts within 30s")
+
+    def page(self, alerts: list[dict[str, Any]]) -> None:
+        """The alerts to Alertmanager, if conf names one (with any it could not take before);
+        never raises."""
+        if self._pager is not None:
+            self._pager.send(alerts)
 
 
 def request_form(settings: Settings) -> RequestForm:
@@ -121,6 +130,7 @@ def send_requests_and_alerts(settings: Settings, out: KafkaOut, requests: list[d
         done.append(_sent(alert["idempotency_key"], settings.topics.alerts, alert["kind"], alert))
         log.warning(json.dumps({"event": "alert", **alert}, default=str))
     out.flush()
+    out.page([a for a in alerts if a["idempotency_key"] not in sent])
     return done
 
 
@@ -147,6 +157,7 @@ class RequestsAndAlerts:
         requests = batch.collect("requests") if batch.counts.get("requests") else []
         alerts = batch.collect("alerts") if batch.counts.get("alerts") else []
         if not (requests or alerts):
+            self._out.page([])  # what Alertmanager could not take before, if anything
             return {}
         path = table_path(self._settings, SENT_TABLE)
         landed = batch.ledger.landed(path, batch.batch_id)
