@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pipeline.config import ConfigError, Layout, Settings, load_settings
 from pipeline.spark.land.dictionary import TABLE_DOCS, Doc, column_doc
-from pipeline.spark.land.tables import SCHEMAS
+from pipeline.spark.land.tables import SCHEMAS, SENT_DDL, SENT_TABLE
 from pipeline.spark.land.watermark import DB_VIEW, subscription_view, view_queries
 from pipeline.spark.typed.catalog import current_view, current_view_query
 from pipeline.spark.typed.dictionary import TABLE_DOCS as TYPED_DOCS
@@ -66,7 +66,7 @@ def _table(name: str, meaning: str, rows: list[tuple[str, str, Doc]]) -> list[st
 
 def raw_section() -> list[str]:
     out = ["## The job's own tables", ""]
-    for table, ddl in SCHEMAS.items():
+    for table, ddl in {**SCHEMAS, SENT_TABLE: SENT_DDL}.items():
         rows = [(c, t, column_doc(table, c)) for c, t in columns(f"{ddl}, batch_id bigint")]
         out += _table(table, TABLE_DOCS[table], rows)
     return out

@@ -67,8 +67,12 @@ TABLE_DOCS: dict[str, str] = {
                      "table it concerns.",
     "file_status": "One row per file status transition (active, stale, dropped); a file's "
                    "status is its row with the greatest version.",
-    "watermarks": "The consistency watermark per (destination, subscription) after each "
-                  "batch that moved it; the latest row per key (by computed_at) is current.",
+    "watermarks": "The consistency watermark per (destination, subscription, dbid) after "
+                  "each batch that moved it; the latest row per key (by computed_at) is "
+                  "current.",
+    "kafka_sent": "One row per message the job sent to Kafka (a request, an alert), written "
+                  "right after the producer's flush: a replayed batch sends nothing this "
+                  "table shows sent. Made at the first send.",
 }
 
 COLUMNS: dict[str, dict[str, Doc]] = {
@@ -280,6 +284,20 @@ COLUMNS: dict[str, dict[str, Doc]] = {
         "run_id": _D("The job run or start that wrote it."),
         "updated_at": _D("When the row was written (the job's clock, UTC)."),
         "seq": _D("Order of the rows within the batch."),
+    },
+    "kafka_sent": {
+        "idempotency_key": _D("The message's idempotency key: join requests or alerts on it "
+                              "to see which were sent."),
+        "topic": _D("Kafka topic the message was sent to (the replicator's input topic, "
+                    "topics.alerts)."),
+        "kind": _D("What was sent: the request kind (TRAN, INST, STAT) or the alert's kind "
+                   "(alerts.kind)."),
+        "subscription": _D("Subscription the request or alert concerns.",
+                           "for an alert of no subscription"),
+        "destination": _D("Destination the request or alert concerns.",
+                          "for an alert of no destination"),
+        "sent_at": _D("When the producer's flush confirmed it (the job's clock, UTC)."),
+        "app_id": _D("The streaming query run that sent it."),
     },
     "watermarks": {
         "dbid": _D("Database (URBTDBID) whose commit times the watermark bounds: each database "

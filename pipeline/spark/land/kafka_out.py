@@ -25,6 +25,8 @@ from pipeline.errors import KafkaRefused
 from pipeline.kafka_refusal import ClientErrors
 from pipeline.reassembly.outbound import RequestForm, request_messages
 from pipeline.spark.land.batch_writer import LandedBatch
+from pipeline.spark.land.comments import commented
+from pipeline.spark.land.dictionary import comments
 from pipeline.spark.land.tables import SENT_DDL, SENT_TABLE, table_path
 from pipeline.spark.land.writes import write_once
 
@@ -190,10 +192,17 @@ def sent_keys(batch: LandedBatch, path: str) -> frozenset[str]:
     return frozenset(r["idempotency_key"] for r in rows)
 
 
-def _sent_frame(batch: LandedBatch, rows: list[dict[str, Any]]) -> Any:
+def sent_schema() -> Any:
+    """``kafka_sent``'s schema with its columns' comments (the table is made by its first
+    append, so the comments come with the schema)."""
     from pyspark.sql.types import StructType
 
     schema = StructType.fromDDL(f"{SENT_DDL}, batch_id bigint")
+    return commented(schema, comments(SENT_TABLE, schema.fieldNames()))
+
+
+def _sent_frame(batch: LandedBatch, rows: list[dict[str, Any]]) -> Any:
+    schema = sent_schema()
     data = [tuple({**r, "app_id": batch.app_id, "batch_id": batch.batch_id}[f.name]
                   for f in schema.fields) for r in rows]
     return batch.session.createDataFrame(data, schema)
