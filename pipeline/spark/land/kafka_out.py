@@ -24,6 +24,7 @@ from pipeline.config import Settings
 from pipeline.errors import KafkaRefused
 from pipeline.kafka_refusal import ClientErrors
 from pipeline.reassembly.outbound import RequestForm, request_messages
+from pipeline.spark.land import catalog
 from pipeline.spark.land.batch_writer import LandedBatch
 from pipeline.spark.land.comments import commented
 from pipeline.spark.land.dictionary import comments
@@ -154,6 +155,9 @@ class RequestsAndAlerts:
         self._settings = settings
         self._out = KafkaOut(settings)
         self._out.connect()
+        # kafka_sent is made by the first send, after the start named every table: named
+        # in the catalog at this run's first write (``catalog.register`` keeps a known name)
+        self._named = not settings.catalog.enabled
 
     def land(self, batch: LandedBatch) -> dict[str, int]:
         requests = batch.collect("requests") if batch.counts.get("requests") else []
@@ -173,6 +177,10 @@ class RequestsAndAlerts:
         if done:
             write_once(_sent_frame(batch, done), path, f"{batch.app_id}-{SENT_TABLE}",
                        batch.batch_id, batch.ledger)
+            if not self._named:
+                log.info("catalog: %s: %s", SENT_TABLE,
+                         catalog.register(batch.session, self._settings, SENT_TABLE))
+                self._named = True
         return {"kafka_sent": len(done)}
 
 
