@@ -144,14 +144,12 @@ def _exists(settings: Settings, table: str) -> bool:
 def catalog_run(spark, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("catalog")
     scenario = Scenario.build(tmp, "catalog", transactions=TRANSACTIONS, seed=31,
-                              max_message_size=900, subscriptions=BOTH_FORMS, layouts=True)
+                              max_message_size=900, subscriptions=BOTH_FORMS, layouts=True,
+                              stream={"watermark": {"nucleus_lag_ms": 0}})  # a plain nucleus
     home = {"local": {"port": 19527, "dir": str(tmp / "metastore"),
                       "jars_dir": str(ROOT / ".jars" / "catalog")},
             "sql_server": {"host": "127.0.0.1", "port": 19528}}
     job_conf = _conf(scenario.conf_path, tmp / "job.yaml", schema="urbpipe", **home)
-    raw = yaml.safe_load(job_conf.read_text())  # one plain nucleus: commit order is tsnr order
-    raw["stream"] = {**raw["stream"], "watermark": {"nucleus_lag_ms": 0}}
-    job_conf.write_text(yaml.safe_dump(raw))
     color_only = yaml.safe_load(job_conf.read_text())
     color_only["layouts"] = [lay for lay in color_only["layouts"] if lay["fnr"] == 4]
     (tmp / "color.yaml").write_text(yaml.safe_dump(color_only))
