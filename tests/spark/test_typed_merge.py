@@ -4,16 +4,19 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import Settings
 from pipeline.payload import encode_payload, layout_from_conf
 from pipeline.spark.engine.state_stage import OUTPUT_DDL, to_output
-from pipeline.spark.land.tables import ensure_tables, table_path
+from pipeline.spark.land.tables import arrow_schema, ensure_tables, table_path
 from pipeline.spark.typed.stage import write_typed_tables
 from pipeline.typed import action_of, apply_batch, apply_history_batch, tombstones, visible
 from pipeline.typed.versioning import change_time
@@ -78,6 +81,34 @@ class Batch:
         return spark.createDataFrame(to_output({k: [dict(r) for r in v]
                                                 for k, v in self.tables.items()}), OUTPUT_DDL)
 
+    def files(self, settings: Settings, batch_id: int) -> list[dict]:
+        """The batch's transactions, records and images as the direct writer's state tasks
+        write them (one Parquet file per table in the raw table's folder, never committed)."""
+        return direct_files(settings, self.tables, batch_id)
+
+
+def direct_files(settings: Settings, tables: dict[str, list[dict]], batch_id: int) -> list[dict]:
+    """``tables``' transactions, records and images as direct-writer Parquet files."""
+    out = []
+    for table in ("transactions", "records", "images"):
+        rows = [{**r, "batch_id": batch_id} for r in tables.get(table, [])]
+        if not rows:
+            continue
+        name = f"part-{batch_id:010d}-{uuid.uuid4().hex}.snappy.parquet"
+        folder = Path(table_path(settings, table))
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(rows, schema=arrow_schema(table)), folder / name)
+        out.append({"table": table, "path": name, "rows": len(rows)})
+    return out
+
+
+def land(spark, batch: Batch, batch_id: int, settings: Settings, app: str,
+         writer: str = "direct") -> dict[str, int]:
+    """``write_typed_tables`` as the job calls it with ``writer`` (direct: from the batch's
+    files, in Python tasks; spark: from its rows, by Spark)."""
+    files = batch.files(settings, batch_id) if writer == "direct" else None
+    return write_typed_tables(spark, batch.frame(spark), batch_id, settings, app, files=files)
+
 
 def _read(spark, settings: Settings, name: str) -> list:
     return spark.read.format("delta").load(table_path(settings, name)).collect()
@@ -134,18 +165,20 @@ def _batches(settings: Settings) -> list[Batch]:
     return [first, second, third]
 
 
-@pytest.fixture(scope="module")
-def landed(spark, test_settings: Settings, tmp_path_factory: pytest.TempPathFactory):
-    settings = _settings(test_settings, tmp_path_factory.mktemp("typed") / "lake")
+@pytest.fixture(scope="module", params=["direct", "spark"])
+def landed(request, spark, test_settings: Settings, tmp_path_factory: pytest.TempPathFactory):
+    """Both writers on the same batches: the direct one (Python tasks, delta-rs) and Spark's."""
+    writer = request.param
+    settings = _settings(test_settings, tmp_path_factory.mktemp(f"typed-{writer}") / "lake")
     ensure_tables(spark, settings)
     batches = _batches(settings)
     counts, after = [], []
     for batch_id, batch in enumerate(batches):
-        counts.append(write_typed_tables(spark, batch.frame(spark), batch_id, settings, APP))
+        counts.append(land(spark, batch, batch_id, settings, APP, writer))
         after.append(_tables(spark, settings))
     # replay batch 2 (crash after commit), and batch 0 with other content: both skipped
-    write_typed_tables(spark, batches[2].frame(spark), 2, settings, APP)
-    write_typed_tables(spark, batches[1].frame(spark), 0, settings, APP)
+    land(spark, batches[2], 2, settings, APP, writer)
+    land(spark, batches[1], 0, settings, APP, writer)
     return settings, batches, counts, after
 
 

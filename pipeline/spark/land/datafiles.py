@@ -78,7 +78,9 @@ def data_files(settings: Settings) -> DataFiles | None:
     return DataFiles(
         paths={t: table_path(settings, t) for t in DIRECT_TABLES},
         stats_columns=settings.stream.delta_stats_columns,
-        mirror_subscriptions=frozenset(lay.subscription for lay in settings.layouts),
+        # the typed step reads the batch's transactions, records and images from these
+        # files (pipeline.spark.typed.direct): no mirrors of them
+        mirror_subscriptions=frozenset(),
         mirror_statuses=frozenset(LIFECYCLE_STATUSES), store=store)
 
 
@@ -132,7 +134,7 @@ class DataFiles:
         n = len(arrays[0])
         data = pa.Table.from_arrays(
             [*arrays, pa.repeat(pa.scalar(batch_id, pa.int64()), n)], schema=schema)
-        fs, folder = _filesystem(self.paths[table], self.store)
+        fs, folder = table_filesystem(self.paths[table], self.store)
         name = f"part-{batch_id:010d}-{uuid.uuid4().hex}.snappy.parquet"
         pq.write_table(data, f"{folder}/{name}", filesystem=fs, compression="snappy")
         info = fs.get_file_info(f"{folder}/{name}")
@@ -147,7 +149,7 @@ class DataFiles:
 _S3: dict[S3Access, Any] = {}
 
 
-def _filesystem(folder: str, store: S3Access | None = None) -> tuple[Any, str]:
+def table_filesystem(folder: str, store: S3Access | None = None) -> tuple[Any, str]:
     """A pyarrow file system and the folder's path on it: local paths, ``s3a://`` through
     ``store`` (pyarrow has no ``s3a`` scheme, and its own URI parsing would ignore the conf's
     endpoint and addressing), and any other URI pyarrow knows (gs://, hdfs://, abfs://)."""
