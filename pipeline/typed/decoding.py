@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from pipeline.payload import (
@@ -25,7 +27,11 @@ from pipeline.payload import (
     payload_form,
     spark_type,
 )
+from pipeline.payload.columns import decode_block
 from pipeline.typed.layouts import FileLayouts
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 ERROR_COLUMN = "_error"
 #: URBDTYP of the images the typed tables decode: the after (A) and before (B) images hold the
@@ -48,7 +54,7 @@ class DecodeSpec:
     def columns(self) -> list[str]:
         return [i.column for i in self.layout.items if isinstance(i, FieldSpec | GroupSpec)]
 
-    @property
+    @cached_property
     def decimal_columns(self) -> frozenset[str]:
         """Columns Spark types as decimal although the codec returns ints (B of 5-8 bytes)."""
         return frozenset(i.column for i in self.layout.items if isinstance(i, FieldSpec)
@@ -151,3 +157,103 @@ def decode_rows(frames: Iterator[pd.DataFrame], spec: DecodeSpec | VersionedSpec
             out[c] = pd.Series(values[c], index=pdf.index, dtype=object)
         out[ERROR_COLUMN] = pd.Series(errors, index=pdf.index, dtype=object)
         yield out
+
+
+def decode_table(images: pa.Table, spec: DecodeSpec | VersionedSpec,
+                 types: Mapping[str, pa.DataType]) -> tuple[dict[str, pa.Array],
+                                                            list[str | None]]:
+    """``decode_rows`` on an Arrow table, column-wise where it can: each value column of
+    ``types`` in that type, and each image's error (None: decoded).
+
+    The images are grouped by the layout that decodes them and their form (ACODE, WCODE,
+    ARC); a group's images are decoded at once (``pipeline.payload.columns``) but for those
+    that module is unsure of, and every image of a layout it does not decode, which go
+    through ``PayloadDecoder`` one by one as in ``decode_rows``. Input columns: ``payload``,
+    ``acode``, ``wcode``, ``arc`` and, for a ``VersionedSpec``, ``commit_time``.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = images.num_rows
+    payloads = images.column("payload").to_pylist()
+    forms = list(zip(*(pc.fill_null(images.column(c), 0).to_numpy(zero_copy_only=False)
+                       .astype(np.int64).tolist() for c in ("acode", "wcode", "arc")),
+                     strict=True))
+    errors: list[str | None] = [None] * n
+    groups: dict[tuple[int, tuple[int, int, int]], list[int]] = {}
+    chosen: dict[int, DecodeSpec] = {}
+    for i, one in enumerate(_picks(images, spec)):
+        if isinstance(one, str):
+            errors[i] = one
+            continue
+        chosen.setdefault(id(one.layout), one)
+        groups.setdefault((id(one.layout), forms[i]), []).append(i)
+    pieces: dict[str, list[tuple[np.ndarray, pa.Array]]] = {c: [] for c in types}
+    for (layout_id, form_key), rows in groups.items():
+        one = chosen[layout_id]
+        slow = _decode_group(one, form_key, np.asarray(rows), payloads, types, pieces)
+        cache: dict[tuple[int, int, int], Any] = {}
+        values: dict[str, list[Any]] = {c: [] for c in types}
+        for i in slow:
+            row, errors[i] = decode_one(one, cache, payloads[i], *form_key)
+            for c in types:
+                values[c].append(None if row is None else row.get(c))
+        for c in types:
+            pieces[c].append((np.asarray(slow, np.int64), pa.array(values[c], types[c])))
+    return {c: _assemble(pieces[c], n, types[c]) for c in types}, errors
+
+
+def _picks(images: pa.Table, spec: DecodeSpec | VersionedSpec) -> Iterator[DecodeSpec | str]:
+    """The spec that decodes each image, or why none does."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(spec, DecodeSpec):
+        yield from [spec] * images.num_rows
+        return
+    commits = pc.cast(images.column("commit_time"), pa.int64()).to_pylist()
+    for commit in commits:
+        one, error = spec.pick(commit)
+        yield one if one is not None else str(error)
+
+
+def _decode_group(one: DecodeSpec, form_key: tuple[int, int, int], rows: np.ndarray,
+                  payloads: list[Any], types: Mapping[str, pa.DataType],
+                  pieces: dict[str, list[tuple[np.ndarray, pa.Array]]]) -> list[int]:
+    """Decode a group's images column-wise into ``pieces``; the rows left to the row
+    decoder (all of them when the layout or the form is not for ``columns``)."""
+    import pyarrow as pa
+
+    try:
+        form = payload_form(codepage=one.codepage, ebcdic=one.ebcdic, acode=form_key[0],
+                            wcode=form_key[1], arc=form_key[2])
+    except PayloadError:
+        return rows.tolist()  # the row decoder says why, image by image
+    block = decode_block([bytes(payloads[i]) if payloads[i] is not None else None
+                          for i in rows], one.layout, form, one.empty)
+    if block is None:
+        return rows.tolist()
+    sure = ~block.unsure
+    keep = pa.array(sure)
+    for c, kind in types.items():
+        column = block.columns.get(c)
+        part = (pa.nulls(int(sure.sum()), kind) if column is None
+                else column.filter(keep).cast(kind))
+        pieces[c].append((rows[sure], part))
+    return rows[block.unsure].tolist()
+
+
+def _assemble(pieces: list[tuple[np.ndarray, pa.Array]], n: int, kind: pa.DataType) -> pa.Array:
+    """One column in row order from pieces of (row numbers, values); rows in none: null."""
+    import pyarrow as pa
+
+    covered = np.zeros(n, bool)
+    for rows, _ in pieces:
+        covered[rows] = True
+    rest = np.flatnonzero(~covered)
+    parts = [*pieces, (rest, pa.nulls(len(rest), kind))]
+    order = np.concatenate([rows for rows, _ in parts]).astype(np.int64)
+    values = pa.concat_arrays([arr.cast(kind) for _, arr in parts])
+    position = np.empty(n, np.int64)
+    position[order] = np.arange(n, dtype=np.int64)
+    return values.take(pa.array(position))

@@ -10,10 +10,9 @@ import pytest
 from pipeline.config import Settings
 from pipeline.spark.land.tables import ensure_tables, table_path
 from pipeline.spark.typed.lifecycle import apply_lifecycle
-from pipeline.spark.typed.stage import write_typed_tables
 from pipeline.urb import make_element
 from tests.e2e.test_lifecycle import _status
-from tests.spark.test_typed_merge import Batch, _settings
+from tests.spark.test_typed_merge import Batch, _settings, land_typed
 
 APP = "feed-test"
 REFRESH_SEC = 20  # the refresh's cutoff: rows committed before it are truncated
@@ -30,9 +29,9 @@ def _batches(settings: Settings) -> list[Batch]:
     return [inserts, changes, refresh]
 
 
-def _run(spark, batch: Batch, batch_id: int, settings: Settings) -> None:
+def _run(spark, batch: Batch, batch_id: int, settings: Settings, writer: str) -> None:
     frame = batch.frame(spark)
-    write_typed_tables(spark, frame, batch_id, settings, APP)
+    land_typed(spark, batch.tables, batch_id, settings, APP, frame=frame, writer=writer)
     if "status_events" in batch.tables:
         apply_lifecycle(spark, frame, batch_id, settings, APP)
 
@@ -44,9 +43,11 @@ def _feed(spark, path: str, start: int) -> list[tuple]:
     return sorted((r._commit_version, r.isn, r._change_type, r.color) for r in rows)
 
 
-@pytest.fixture(scope="module")
-def fed(spark, test_settings: Settings, tmp_path_factory: pytest.TempPathFactory):
-    settings = _settings(test_settings, tmp_path_factory.mktemp("feed") / "lake")
+@pytest.fixture(scope="module", params=["direct", "spark"])
+def fed(request, spark, test_settings: Settings, tmp_path_factory: pytest.TempPathFactory):
+    """Both writers: delta-rs writes the feed of its MERGE itself, Spark's Delta its own."""
+    writer = request.param
+    settings = _settings(test_settings, tmp_path_factory.mktemp(f"feed-{writer}") / "lake")
     settings = settings.model_copy(update={"layouts": [  # no history table: fewer MERGEs
         lay.model_copy(update={"history": False}) for lay in settings.layouts]})
     ensure_tables(spark, settings)
@@ -55,9 +56,9 @@ def fed(spark, test_settings: Settings, tmp_path_factory: pytest.TempPathFactory
 
     versions = []
     for batch_id, batch in enumerate(_batches(settings)):
-        _run(spark, batch, batch_id, settings)
+        _run(spark, batch, batch_id, settings, writer)
         versions.append(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
-    _run(spark, _batches(settings)[1], 1, settings)  # a replay after a crash: skipped
+    _run(spark, _batches(settings)[1], 1, settings, writer)  # a replay after a crash: skipped
     versions.append(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
     return spark, path, versions
 

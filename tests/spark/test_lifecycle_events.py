@@ -13,10 +13,9 @@ import pytest
 from pipeline.config import Settings
 from pipeline.spark.land.tables import ensure_tables, table_path
 from pipeline.spark.typed.lifecycle import apply_lifecycle
-from pipeline.spark.typed.stage import write_typed_tables
 from pipeline.urb import make_element
 from tests.e2e.test_lifecycle import _status
-from tests.spark.test_typed_merge import T0, Batch, _read, _settings
+from tests.spark.test_typed_merge import T0, Batch, _read, _settings, land_typed
 from tests.typed.test_lifecycle import status_row
 
 APP = "lifecycle-events-test"
@@ -57,7 +56,7 @@ def landed(spark, test_settings: Settings, tmp_path_factory: pytest.TempPathFact
     counts, props = [], []
     for batch_id, batch in enumerate(batches):
         frame = batch.frame(spark)
-        write_typed_tables(spark, frame, batch_id, settings, APP)
+        land_typed(spark, batch.tables, batch_id, settings, APP, frame=frame)
         counts.append(apply_lifecycle(spark, frame, batch_id, settings, APP))
         props.append(_properties(spark, settings, "current_color_4"))
     last = len(batches) - 1  # a replay of the last batch (crash after its commits)

@@ -15,7 +15,7 @@ from decimal import Decimal
 from pipeline.config import Settings
 from pipeline.spark.land.tables import ensure_tables, table_path
 from pipeline.spark.typed.reconcile import reconcile_tables
-from pipeline.spark.typed.stage import write_typed_tables
+from tests.spark.test_typed_merge import land_typed
 from tests.spark.test_typed_types import Batch, _color
 
 APP = "conf-change-test"
@@ -37,13 +37,13 @@ def test_a_field_added_to_the_format_buffer_becomes_a_column_at_restart(
     rank_7 = bytes.fromhex("0000007c")  # AC packed +7
     before = (Batch().tx(1, 10, 4, [(1, "I", [("A", _color("RED", 1), EBCDIC)])])
               .tx(2, 11, 4, [(2, "I", [("A", _color("BLUE", 2) + rank_7, EBCDIC)])]))
-    counts = write_typed_tables(spark, before.frame(spark), 0, settings, APP)
+    counts = land_typed(spark, before.tables, 0, settings, APP)
     assert counts["quarantine_changes_color_4"] == 1, "4 bytes after the last field"
 
     # a restart with the new conf: every call without a TypedTableSet checks the tables anew
     assert "changes_color_4.rank" in " ".join(reconcile_tables(spark, _with_rank(settings)))
     after = Batch().tx(3, 20, 4, [(3, "I", [("A", _color("GOLD", 3) + rank_7, EBCDIC)])])
-    write_typed_tables(spark, after.frame(spark), 1, _with_rank(settings), APP)
+    land_typed(spark, after.tables, 1, _with_rank(settings), APP)
 
     def read(table: str) -> list:
         return spark.read.format("delta").load(table_path(settings, table)).collect()

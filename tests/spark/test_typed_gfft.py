@@ -20,8 +20,8 @@ from pipeline.reassembly.rows import ElementRow
 from pipeline.reassembly.tables import events_to_rows
 from pipeline.spark.engine.state_stage import OUTPUT_DDL, to_output
 from pipeline.spark.land.tables import ensure_tables, table_frame, table_path
-from pipeline.spark.typed.stage import write_typed_tables
 from pipeline.urb.stck import TOD_UNIX_US
+from tests.spark.test_typed_merge import land_typed
 
 T0 = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 APP = "gfft-test"
@@ -86,7 +86,7 @@ def _land(spark, settings: Settings, batch: Batch, batch_id: int) -> dict[str, i
     (table_frame(frame, "layouts", batch_id).write.format("delta").mode("append")
      .option("txnAppId", f"{APP}-layouts").option("txnVersion", batch_id)
      .save(table_path(settings, "layouts")))
-    return write_typed_tables(spark, frame, batch_id, settings, APP)
+    return land_typed(spark, batch.tables, batch_id, settings, APP, frame=frame)
 
 
 def _batches() -> list[Batch]:
@@ -116,7 +116,7 @@ def landed(spark, test_settings: Settings, tmp_path_factory: pytest.TempPathFact
     settings = _settings(test_settings, tmp_path_factory.mktemp("gfft") / "lake")
     ensure_tables(spark, settings)
     counts = [_land(spark, settings, b, i) for i, b in enumerate(_batches())]
-    replay = write_typed_tables(spark, _batches()[1].frame(spark), 1, settings, APP)
+    replay = land_typed(spark, _batches()[1].tables, 1, settings, APP)
     return settings, counts, replay
 
 
@@ -200,7 +200,7 @@ def widened(spark, test_settings: Settings, tmp_path_factory: pytest.TempPathFac
     apply_lifecycle(spark, auti.frame(spark), 1, settings, APP)
     stale = sorted(_read(spark, settings, "file_status"), key=lambda r: r.version)
     counts = _land(spark, settings, wide, 2)
-    replay = write_typed_tables(spark, wide.frame(spark), 2, settings, APP)
+    replay = land_typed(spark, wide.tables, 2, settings, APP)
     return settings, stale, counts, replay
 
 

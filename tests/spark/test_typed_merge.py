@@ -16,6 +16,7 @@ import pytest
 from pipeline.config import Settings
 from pipeline.payload import encode_payload, layout_from_conf
 from pipeline.spark.engine.state_stage import OUTPUT_DDL, to_output
+from pipeline.spark.land.datafiles import writer_mode
 from pipeline.spark.land.tables import arrow_schema, ensure_tables, table_path
 from pipeline.spark.typed.stage import write_typed_tables
 from pipeline.typed import action_of, apply_batch, apply_history_batch, tombstones, visible
@@ -102,12 +103,24 @@ def direct_files(settings: Settings, tables: dict[str, list[dict]], batch_id: in
     return out
 
 
+def land_typed(spark, tables: dict[str, list[dict]], batch_id: int, settings: Settings,
+               app: str, *, frame=None, writer: str | None = None) -> dict[str, int]:
+    """``write_typed_tables`` as the job calls it with ``writer`` (default: the conf's,
+    ``stream.raw_writer``: direct for a local lake). Direct: the batch's transactions,
+    records and images in the state tasks' files, the rest in the (table, json, blob) frame;
+    spark: all in the frame. ``frame``: the batch's frame, if the caller has it."""
+    writer = writer or writer_mode(settings)
+    if frame is None:
+        frame = spark.createDataFrame(to_output({k: [dict(r) for r in v]
+                                                 for k, v in tables.items()}), OUTPUT_DDL)
+    files = direct_files(settings, tables, batch_id) if writer == "direct" else None
+    return write_typed_tables(spark, frame, batch_id, settings, app, files=files)
+
+
 def land(spark, batch: Batch, batch_id: int, settings: Settings, app: str,
-         writer: str = "direct") -> dict[str, int]:
-    """``write_typed_tables`` as the job calls it with ``writer`` (direct: from the batch's
-    files, in Python tasks; spark: from its rows, by Spark)."""
-    files = batch.files(settings, batch_id) if writer == "direct" else None
-    return write_typed_tables(spark, batch.frame(spark), batch_id, settings, app, files=files)
+         writer: str | None = None) -> dict[str, int]:
+    """``land_typed`` of a ``Batch``."""
+    return land_typed(spark, batch.tables, batch_id, settings, app, writer=writer)
 
 
 def _read(spark, settings: Settings, name: str) -> list:
@@ -241,12 +254,38 @@ def test_bad_image_is_quarantined_and_initial_state_rows_keep_their_isn(spark, l
     assert init == {(1, "INIT1"), (2, "INIT2"), (4, "INIT4"), (7, "INIT7")}
 
 
+def _crash(*_args, **_kwargs) -> None:
+    raise RuntimeError("killed between the MERGEs")
+
+
+def _crash_after_current(spark, settings: Settings, batch: Batch, batch_id: int, writer: str,
+                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Land ``batch`` with the job dying after the current table's commit, before the
+    tombstones' (Spark: the MERGE; direct: the task's rewrite, run here in-process)."""
+    if writer == "spark":
+        import pipeline.spark.typed.stage as typed
+
+        monkeypatch.setattr(typed, "merge_tombstones", _crash)
+        write_typed_tables(spark, batch.frame(spark), batch_id, settings, APP)
+        return
+    import pipeline.spark.typed.file_writer as file_writer
+    from pipeline.spark.typed.direct import file_plan, raw_inputs
+    from pipeline.spark.typed.tables import decode_spec
+
+    plans = tuple(file_plan(settings, lay, decode_spec(settings, lay), ())
+                  for lay in settings.layouts)
+    inputs = {t: tuple(p) for t, p in raw_inputs(settings, batch.files(settings,
+                                                                       batch_id)).items()}
+    monkeypatch.setattr(file_writer, "_rewrite_tombstones", _crash)
+    list(file_writer.land_work(file_writer.TypedWork(plans, inputs, batch_id, APP)))
+
+
+@pytest.mark.parametrize("writer", ["direct", "spark"])
 def test_a_crash_between_the_merges_is_repaired_by_the_replay(
-        spark, test_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        spark, test_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        writer: str) -> None:
     """The current MERGE of a batch commits, the job dies before the tombstone and history
     MERGEs; the replay of that batch (same id) must land exactly what one clean run lands."""
-    import pipeline.spark.typed.stage as typed
-
     settings = _settings(test_settings, tmp_path / "lake")
     ensure_tables(spark, settings)
     first = (Batch(settings).tx(1, 10, [(1, "I", None, ("RED", 1)), (2, "I", None, ("BLUE", 2)),
@@ -256,17 +295,11 @@ def test_a_crash_between_the_merges_is_repaired_by_the_replay(
     second = Batch(settings).tx(3, 20, [(1, "D", ("RED", 1), None),
                                         (2, "U", ("BLUE", 2), ("PINK", 3)),
                                         (3, "I", None, ("BACK", 4))])
-    write_typed_tables(spark, first.frame(spark), 0, settings, APP)
-
-    def crash(*_args, **_kwargs) -> None:
-        raise RuntimeError("killed between the MERGEs")
-
-    with monkeypatch.context() as patched:
-        patched.setattr(typed, "merge_tombstones", crash)
-        with pytest.raises(RuntimeError):
-            write_typed_tables(spark, second.frame(spark), 1, settings, APP)
+    land(spark, first, 0, settings, APP, writer)
+    with monkeypatch.context() as patched, pytest.raises(RuntimeError):
+        _crash_after_current(spark, settings, second, 1, writer, patched)
     assert 1 not in _tables(spark, settings)["current"], "the current MERGE did commit"
-    write_typed_tables(spark, second.frame(spark), 1, settings, APP)
+    land(spark, second, 1, settings, APP, writer)
     state = apply_batch(apply_batch({}, first.changes, VALUES, "remove"), second.changes,
                         VALUES, "remove")
     history = apply_history_batch(apply_history_batch({}, first.changes, VALUES),

@@ -23,11 +23,11 @@ from pipeline.payload import layout_from_conf
 from pipeline.spark.land.tables import ensure_tables, table_path
 from pipeline.spark.typed.lifecycle import apply_lifecycle
 from pipeline.spark.typed.reconcile import reconcile_tables
-from pipeline.spark.typed.stage import write_typed_tables
 from pipeline.typed.widening import LayoutConflict
 from pipeline.urb import make_element
 from tests.e2e.test_lifecycle import _status
 from tests.spark.test_typed_gfft import T0, Batch
+from tests.spark.test_typed_merge import land_typed
 
 APP = "reconcile-test"
 COLUMNS = {"AA": "color", "AB": "amount", "AC": "city", "AD": "codes"}
@@ -58,7 +58,7 @@ def _auti(sec: int, typ: int, **detail: object) -> dict:
 def _run(spark, settings: Settings, batch: Batch, batch_id: int) -> None:
     """What the sink does per batch: the typed tables, then the lifecycle (with statuses)."""
     frame = batch.frame(spark)
-    write_typed_tables(spark, frame, batch_id, settings, APP)
+    land_typed(spark, batch.tables, batch_id, settings, APP, frame=frame)
     if batch.tables.get("status_events"):
         apply_lifecycle(spark, frame, batch_id, settings, APP)
 

@@ -16,11 +16,18 @@ import pytest
 from pipeline.config import Settings
 from pipeline.spark.land.tables import ensure_tables
 from pipeline.spark.typed.lifecycle import apply_lifecycle
-from pipeline.spark.typed.stage import write_typed_tables
 from pipeline.typed import apply_batch, history_of, truncate
 from pipeline.urb import make_element
 from tests.e2e.test_lifecycle import _status
-from tests.spark.test_typed_merge import T0, VALUES, Batch, _model, _settings, _tables
+from tests.spark.test_typed_merge import (
+    T0,
+    VALUES,
+    Batch,
+    _model,
+    _settings,
+    _tables,
+    land_typed,
+)
 
 APP = "refresh-test"
 REFRESH_SEC = 20
@@ -47,7 +54,11 @@ def _batches(settings: Settings) -> list[Batch]:
 
 def _run(spark, batch: Batch, batch_id: int, settings: Settings, lifecycle_first: bool) -> None:
     frame = batch.frame(spark)
-    steps = [write_typed_tables, apply_lifecycle]
+
+    def typed(spark, frame, batch_id, settings, app) -> None:
+        land_typed(spark, batch.tables, batch_id, settings, app, frame=frame)
+
+    steps = [typed, apply_lifecycle]
     for step in reversed(steps) if lifecycle_first else steps:
         if step is apply_lifecycle and "status_events" not in batch.tables:
             continue  # its landing step runs it only for batches with status events

@@ -23,7 +23,7 @@ import pytest
 from pipeline.config import Layout, Settings
 from pipeline.spark.engine.state_stage import OUTPUT_DDL, to_output
 from pipeline.spark.land.tables import ensure_tables, table_path
-from pipeline.spark.typed.stage import write_typed_tables
+from tests.spark.test_typed_merge import land_typed
 
 T0 = datetime(2025, 3, 1, 8, 0, 0, tzinfo=UTC)
 APP = "types-test"
@@ -191,7 +191,7 @@ def _settings(base: Settings, lake: Path) -> Settings:
 def landed(spark, test_settings: Settings, tmp_path_factory: pytest.TempPathFactory):
     settings = _settings(test_settings, tmp_path_factory.mktemp("types") / "lake")
     ensure_tables(spark, settings)
-    counts = write_typed_tables(spark, _batch().frame(spark), 0, settings, APP)
+    counts = land_typed(spark, _batch().tables, 0, settings, APP)
     return settings, counts
 
 

@@ -44,7 +44,7 @@ import numpy as np
 
 from pipeline.objectstore import S3Access
 from pipeline.typed.batch_rows import KEYS, FileBatch, FileKey, deleted_by_rsp, file_batches
-from pipeline.typed.decoding import ERROR_COLUMN, DecodeSpec, VersionedSpec, decode_rows
+from pipeline.typed.decoding import DecodeSpec, VersionedSpec, decode_table
 from pipeline.typed.frames import (
     DELETE,
     META,
@@ -221,21 +221,11 @@ def _append(table: Any, rows: pa.Table, app_id: str, batch_id: int) -> None:
 def _decode(images: pa.Table, spec: DecodeSpec | VersionedSpec, schema: pa.Schema,
             values: list[str]) -> tuple[pa.Table, list[str | None]]:
     """The images with their value columns in the table's types, and each one's error."""
-    import pandas as pd
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     if not images.num_rows:
         return images, []
-    frame = pd.DataFrame({
-        "payload": images.column("payload").to_pylist(),
-        "acode": images.column("acode").to_pylist(), "wcode": images.column("wcode").to_pylist(),
-        "arc": images.column("arc").to_pylist(),
-        "_commit_us": pc.cast(images.column("commit_time"), pa.int64()).to_pylist()})
-    out = next(decode_rows(iter([frame]), spec))
-    errors = list(out[ERROR_COLUMN])
+    columns, errors = decode_table(images, spec, {v: schema.field(v).type for v in values})
     for v in values:
-        images = images.append_column(v, pa.array(list(out[v]), schema.field(v).type))
+        images = images.append_column(v, columns[v])
     return images, errors
 
 
