@@ -82,15 +82,22 @@ def test_every_table_gets_the_lifetime_properties(test_settings) -> None:
             table not in DIRECT_TABLES).lower()
     current = typed_properties(test_settings, "current_color_4")
     assert current["delta.enableChangeDataFeed"] == "true"
-    assert current["delta.autoOptimize.autoCompact"] == "true"
+    assert current["delta.checkpointInterval"] == "50"
+    # a local lake: the direct writer's tasks commit the typed tables, no Spark hook runs
+    assert current["delta.autoOptimize.autoCompact"] == "false"
+    spark_written = test_settings.model_copy(update={"stream": test_settings.stream.model_copy(
+        update={"raw_writer": "spark"})})
+    assert typed_properties(spark_written, "current_color_4")[
+        "delta.autoOptimize.autoCompact"] == "true"
     assert "delta.enableChangeDataFeed" not in typed_properties(test_settings,
                                                                 "changes_color_4")
-    off = test_settings.model_copy(update={"stream": test_settings.stream.model_copy(
+    off = spark_written.model_copy(update={"stream": spark_written.stream.model_copy(
         update={"change_feed": False, "delta_auto_compact": False})})
     assert typed_properties(off, "current_color_4") == {
         "delta.logRetentionDuration": "interval 30 days",
         "delta.deletedFileRetentionDuration": "interval 7 days",
-        "delta.autoOptimize.autoCompact": "false", "delta.enableChangeDataFeed": "false"}
+        "delta.autoOptimize.autoCompact": "false", "delta.checkpointInterval": "50",
+        "delta.enableChangeDataFeed": "false"}
 
 
 def test_summary_has_a_line_per_table_and_totals() -> None:

@@ -274,8 +274,8 @@ def _crash_after_current(spark, settings: Settings, batch: Batch, batch_id: int,
 
     plans = tuple(file_plan(settings, lay, decode_spec(settings, lay), ())
                   for lay in settings.layouts)
-    inputs = {t: tuple(p) for t, p in raw_inputs(settings, batch.files(settings,
-                                                                       batch_id)).items()}
+    inputs = {t: tuple(path for path, _ in found)
+              for t, found in raw_inputs(settings, batch.files(settings, batch_id)).items()}
     monkeypatch.setattr(file_writer, "_rewrite_tombstones", _crash)
     list(file_writer.land_work(file_writer.TypedWork(plans, inputs, batch_id, APP)))
 

@@ -14,10 +14,12 @@ What one state call does with its table rows (:meth:`DataFiles.split`):
 
 * rows of ``DIRECT_TABLES`` go to one Parquet file per table under the table's folder; the
   call's output carries one ``FILES_TABLE`` row per file (table, path relative to the table,
-  size, rows, modification time, Delta statistics);
+  size, rows, modification time, Delta statistics; for the landed transactions' tables the
+  subscriptions whose rows it holds);
 * rows a later stage of the same batch reads stay in the output as JSON as well ("mirrors"):
-  the transactions, records and images of subscriptions with a typed layout
-  (``pipeline.spark.typed.stage``) and the lifecycle statuses (``pipeline.spark.typed.lifecycle``);
+  the lifecycle statuses (``pipeline.spark.typed.lifecycle``), and the transactions, records
+  and images of the ``mirror_subscriptions`` (none in the job: the typed step reads this
+  batch's files themselves, ``pipeline.spark.typed.direct``);
 * every other table (gaps, alerts, requests, quarantine, …) stays JSON, appended by Spark.
 
 The files carry ``batch_id`` like every landed row; the task learns it from the Spark local
@@ -107,9 +109,11 @@ class DataFiles:
             subs = cols["subscription"]
             if not len(subs):
                 continue
-            files.append(self._write(table, [pa.array(cols[f.name], f.type)
-                                             for f in arrow_schema(table) if f.name in cols],
-                                     batch_id))
+            files.append({**self._write(table, [pa.array(cols[f.name], f.type)
+                                                for f in arrow_schema(table) if f.name in cols],
+                                        batch_id),
+                          # whose rows: the typed step reads only its files' subscriptions
+                          "subscriptions": sorted({str(s) for s in subs})})
             if self.mirror_subscriptions.intersection(subs):
                 keep = [i for i, s in enumerate(subs) if s in self.mirror_subscriptions]
                 out[table] = columns_to_rows(table, cols, keep)

@@ -41,14 +41,42 @@ RAW_INPUTS = ("transactions", "records", "images")
 _DAY_US = 86_400_000_000
 
 
-def raw_inputs(settings: Settings, files: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
-    """The batch's data files of each raw input table (full paths), in the order given."""
-    out: dict[str, list[str]] = {t: [] for t in RAW_INPUTS}
+def raw_inputs(settings: Settings, files: Sequence[Mapping[str, Any]]
+               ) -> dict[str, list[tuple[str, tuple[str, ...]]]]:
+    """The batch's data files of each raw input table: (full path, the subscriptions whose
+    rows it holds; none known: every one), in the order given."""
+    out: dict[str, list[tuple[str, tuple[str, ...]]]] = {t: [] for t in RAW_INPUTS}
     for file in files:
         if file["table"] in out:
-            out[file["table"]].append(f"{table_path(settings, file['table']).rstrip('/')}/"
-                                      f"{file['path']}")
+            path = f"{table_path(settings, file['table']).rstrip('/')}/{file['path']}"
+            out[file["table"]].append((path, tuple(file.get("subscriptions") or ())))
     return out
+
+
+def _share(inputs: Mapping[str, Sequence[tuple[str, tuple[str, ...]]]],
+           plans: Sequence[FilePlan]) -> dict[str, tuple[str, ...]]:
+    """The files a task with ``plans`` reads: those that may hold its subscriptions' rows."""
+    mine = {plan.key[0] for plan in plans}
+    return {table: tuple(path for path, subs in files if not subs or mine.intersection(subs))
+            for table, files in inputs.items()}
+
+
+def _tasks(plans: Sequence[FilePlan], tasks: int) -> list[list[FilePlan]]:
+    """Plans in ``tasks`` shares, a subscription's files together where the counts allow
+    (each task reads only its subscriptions' rows): largest subscriptions first, each to the
+    share with the fewest files, split only when it holds more than a share's worth."""
+    by_sub: dict[str, list[FilePlan]] = {}
+    for plan in plans:
+        by_sub.setdefault(plan.key[0], []).append(plan)
+    shares: list[list[FilePlan]] = [[] for _ in range(tasks)]
+    fair = -(-len(plans) // tasks)
+    for group in sorted(by_sub.values(), key=len, reverse=True):
+        while group:
+            target = min(shares, key=len)
+            room = max(1, fair - len(target))
+            target.extend(group[:room])
+            group = group[room:]
+    return [share for share in shares if share]
 
 
 def file_plan(settings: Settings, lay: Layout, spec: DecodeSpec | VersionedSpec,
@@ -71,7 +99,7 @@ def file_plan(settings: Settings, lay: Layout, spec: DecodeSpec | VersionedSpec,
 def land_files(spark: SparkSession, settings: Settings,
                specs: Mapping[str, DecodeSpec | VersionedSpec],
                cutoffs: Mapping[tuple[int, int], tuple[int, ...]],
-               inputs: Mapping[str, Sequence[str]], batch_id: int,
+               inputs: Mapping[str, Sequence[tuple[str, tuple[str, ...]]]], batch_id: int,
                app_id: str) -> list[FileResult]:
     """Land every configured file the batch has records of; one result per such file."""
     plans = [file_plan(settings, lay, specs[lay.table_suffix()],
@@ -81,8 +109,8 @@ def land_files(spark: SparkSession, settings: Settings,
     store = access(settings) if is_object_store(lake) else None
     context = spark.sparkContext
     tasks = max(1, min(len(plans), context.defaultParallelism))
-    works = [TypedWork(tuple(plans[i::tasks]), {t: tuple(p) for t, p in inputs.items()},
-                       batch_id, app_id, store) for i in range(tasks)]
+    works = [TypedWork(tuple(share), _share(inputs, share), batch_id, app_id, store)
+             for share in _tasks(plans, tasks)]
     context.setJobDescription(f"typed tables of batch {batch_id} ({len(plans)} files)")
     try:
         return context.parallelize(works, len(works)).flatMap(land_work).collect()

@@ -137,16 +137,35 @@ def _read(table: str, paths: Sequence[str], store: S3Access | None) -> pa.Table:
     return pa.concat_tables(parts, promote_options="default")
 
 
+#: delta-rs tables of this worker process, by path. Loading one replays its log (~5 ms, more
+#: as the log grows); a worker lands the same files batch after batch, so it keeps them and
+#: brings each up to date with the commits since (``update_incremental``).
+_TABLES: dict[str, Any] = {}
+
+
+def _table(path: str, options: dict[str, str] | None) -> Any:
+    from deltalake import DeltaTable
+
+    table = _TABLES.get(path)
+    if table is not None:
+        try:
+            table.update_incremental()
+            return table
+        except Exception:  # replaced under us (dropped, made again): load it afresh
+            del _TABLES[path]
+    table = DeltaTable(path, storage_options=options)
+    _TABLES[path] = table
+    return table
+
+
 def _open(plan: FilePlan, store: S3Access | None) -> dict[str, Any] | None:
     """Each table of the file as a delta-rs table; None when one of them has a feature the
     writer leaves to Spark."""
-    from deltalake import DeltaTable
-
     options = store.storage_options() if store is not None else None
     out = {}
     for kind, (_, path) in plan.tables.items():
         try:
-            table = DeltaTable(path, storage_options=options)
+            table = _table(path, options)
         except Exception as exc:  # delta-rs refuses to load a table with an unknown feature
             if any(f in str(exc) for f in SPARK_ONLY_FEATURES):
                 return None
@@ -303,10 +322,9 @@ def _merge_current(plan: FilePlan, tables: dict[str, Any], changes: pa.Table,
     source = merge_source(since_cutoff(changes, plan.cutoffs_us))
     current = tables["current"]
     schema = _schema(current)
-    isns = source.column("isn")
-    cur = _read_rows(current, isns)
+    cur = _read_rows(current, source.column("isn"))
     tomb_table = tables.get("tombstones")
-    tombs = _read_rows(tomb_table, isns) if tomb_table is not None else None
+    tombs = tomb_table.to_pyarrow_table().cast(_schema(tomb_table)) if tomb_table else None
     if plan.deletes == "remove" and tombs is not None:
         source = unburied(source, cur, tombs)
     source = with_flags(source, work.batch_id)
@@ -318,12 +336,14 @@ def _merge_current(plan: FilePlan, tables: dict[str, Any], changes: pa.Table,
             "_op", pa.array([op for op in ops if op is not None], pa.string()))
         _merge(current, rows, "t.isn = s.isn", app, work.batch_id,
                delete="s._op = 'delete'", update="s._op = 'update'", insert="s._op = 'insert'")
-    if tomb_table is not None:
-        _rewrite_tombstones(plan, tomb_table, source, changes, work)
+    if tomb_table is not None and tombs is not None:
+        _rewrite_tombstones(plan, tomb_table, tombs, source, changes, work)
 
 
-def _rewrite_tombstones(plan: FilePlan, table: Any, source: pa.Table, changes: pa.Table,
-                        work: TypedWork) -> None:
+def _rewrite_tombstones(plan: FilePlan, table: Any, old: pa.Table, source: pa.Table,
+                        changes: pa.Table, work: TypedWork) -> None:
+    """The tombstone table after the batch, written over the old one when it changed (the
+    table holds only removed ISNs within their retention: small)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from deltalake import write_deltalake
@@ -331,7 +351,6 @@ def _rewrite_tombstones(plan: FilePlan, table: Any, source: pa.Table, changes: p
     app = _app(work, "tombstones", plan)
     if _landed(table, app, work.batch_id):
         return
-    old = table.to_pyarrow_table().cast(_schema(table))
     newest = pc.max(pc.cast(changes.column("commit_time"), pa.int64())).as_py()
     horizon = (None if newest is None or plan.retention_us is None
                else newest - plan.retention_us)

@@ -234,13 +234,15 @@ def _write_direct(spark: SparkSession, batch: DataFrame, batch_id: int, settings
 
 
 def _spark_fallback(spark: SparkSession, settings: Settings, layouts: Sequence[Layout],
-                    batch: DataFrame, inputs: Mapping[str, Sequence[str]], batch_id: int,
+                    batch: DataFrame,
+                    inputs: Mapping[str, Sequence[tuple[str, tuple[str, ...]]]], batch_id: int,
                     app_id: str) -> dict[str, int]:
     """Files whose tables delta-rs cannot write, landed by Spark from the batch's files."""
     from pyspark.sql import functions as F
 
     subset = settings.model_copy(update={"layouts": list(layouts)})
-    recs, imgs = joined_rows_from_files(spark, subset, inputs)
+    recs, imgs = joined_rows_from_files(
+        spark, subset, {t: [path for path, _ in found] for t, found in inputs.items()})
     recs = recs.persist()
     try:
         files_present = (recs.groupBy("subscription", "dbid", "fnr")
