@@ -16,9 +16,9 @@ import pytest
 from pipeline.config import Settings
 from pipeline.payload import encode_payload, layout_from_conf
 from pipeline.spark.engine.state_stage import OUTPUT_DDL, to_output
-from pipeline.spark.land.datafiles import writer_mode
 from pipeline.spark.land.tables import arrow_schema, ensure_tables, table_path
 from pipeline.spark.typed.stage import write_typed_tables
+from pipeline.spark.typed.tables import direct_typed
 from pipeline.typed import action_of, apply_batch, apply_history_batch, tombstones, visible
 from pipeline.typed.versioning import change_time
 
@@ -106,10 +106,10 @@ def direct_files(settings: Settings, tables: dict[str, list[dict]], batch_id: in
 def land_typed(spark, tables: dict[str, list[dict]], batch_id: int, settings: Settings,
                app: str, *, frame=None, writer: str | None = None) -> dict[str, int]:
     """``write_typed_tables`` as the job calls it with ``writer`` (default: the conf's,
-    ``stream.raw_writer``: direct for a local lake). Direct: the batch's transactions,
+    ``tables.direct_typed``: direct for a local lake). Direct: the batch's transactions,
     records and images in the state tasks' files, the rest in the (table, json, blob) frame;
     spark: all in the frame. ``frame``: the batch's frame, if the caller has it."""
-    writer = writer or writer_mode(settings)
+    writer = writer or ("direct" if direct_typed(settings) else "spark")
     if frame is None:
         frame = spark.createDataFrame(to_output({k: [dict(r) for r in v]
                                                  for k, v in tables.items()}), OUTPUT_DDL)

@@ -138,7 +138,7 @@ class DataFiles:
         n = len(arrays[0])
         data = pa.Table.from_arrays(
             [*arrays, pa.repeat(pa.scalar(batch_id, pa.int64()), n)], schema=schema)
-        fs, folder = table_filesystem(self.paths[table], self.store)
+        fs, folder = _filesystem(self.paths[table], self.store)
         name = f"part-{batch_id:010d}-{uuid.uuid4().hex}.snappy.parquet"
         pq.write_table(data, f"{folder}/{name}", filesystem=fs, compression="snappy")
         info = fs.get_file_info(f"{folder}/{name}")
@@ -153,7 +153,7 @@ class DataFiles:
 _S3: dict[S3Access, Any] = {}
 
 
-def table_filesystem(folder: str, store: S3Access | None = None) -> tuple[Any, str]:
+def _filesystem(folder: str, store: S3Access | None = None) -> tuple[Any, str]:
     """A pyarrow file system and the folder's path on it: local paths, ``s3a://`` through
     ``store`` (pyarrow has no ``s3a`` scheme, and its own URI parsing would ignore the conf's
     endpoint and addressing), and any other URI pyarrow knows (gs://, hdfs://, abfs://)."""

@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Layout, Settings
-from pipeline.objectstore import access, is_object_store
 from pipeline.spark.land.tables import table_path
 from pipeline.spark.land.writes import append_once
 from pipeline.spark.typed.file_writer import FilePlan, FileResult, TypedWork, land_work
@@ -105,11 +104,9 @@ def land_files(spark: SparkSession, settings: Settings,
     plans = [file_plan(settings, lay, specs[lay.table_suffix()],
                        tuple(cutoffs.get((lay.dbid, lay.fnr), ())))
              for lay in settings.layouts]
-    lake = settings.location(settings.stream.lake_dir)
-    store = access(settings) if is_object_store(lake) else None
     context = spark.sparkContext
     tasks = max(1, min(len(plans), context.defaultParallelism))
-    works = [TypedWork(tuple(share), _share(inputs, share), batch_id, app_id, store)
+    works = [TypedWork(tuple(share), _share(inputs, share), batch_id, app_id)
              for share in _tasks(plans, tasks)]
     context.setJobDescription(f"typed tables of batch {batch_id} ({len(plans)} files)")
     try:

@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.objectstore import S3Access
 from pipeline.typed.batch_rows import KEYS, FileBatch, FileKey, deleted_by_rsp, file_batches
 from pipeline.typed.decoding import DecodeSpec, VersionedSpec, decode_table
 from pipeline.typed.frames import (
@@ -94,7 +93,6 @@ class TypedWork:
     inputs: Mapping[str, tuple[str, ...]]     # raw table -> the batch's data files (paths)
     batch_id: int
     app_id: str
-    store: S3Access | None = None
 
 
 @dataclass
@@ -111,29 +109,25 @@ class FileResult:
 def land_work(work: TypedWork) -> Iterator[FileResult]:
     """The task: read the batch's rows once, then land each planned file that has records."""
     plans = {plan.key: plan for plan in work.plans}
-    raw = {name: _read(name, work.inputs.get(name, ()), work.store)
+    raw = {name: _read(name, work.inputs.get(name, ()))
            for name in ("transactions", "records", "images")}
     for batch in file_batches(raw["transactions"], raw["records"], raw["images"], plans):
         plan = plans[batch.key]
-        tables = _open(plan, work.store)
+        tables = _open(plan)
         if tables is None:
             yield FileResult(batch.key, spark=True, records=batch.records.num_rows)
             continue
         yield _land_file(plan, tables, batch, work)
 
 
-def _read(table: str, paths: Sequence[str], store: S3Access | None) -> pa.Table:
+def _read(table: str, paths: Sequence[str]) -> pa.Table:
     """The batch's rows of one raw table, file after file in the order given."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipeline.spark.land.datafiles import table_filesystem
     from pipeline.spark.land.tables import arrow_schema
 
-    parts = [arrow_schema(table).empty_table()]
-    for path in paths:
-        fs, where = table_filesystem(path, store)
-        parts.append(pq.read_table(where, filesystem=fs))
+    parts = [arrow_schema(table).empty_table(), *(pq.read_table(path) for path in paths)]
     return pa.concat_tables(parts, promote_options="default")
 
 
@@ -143,7 +137,7 @@ def _read(table: str, paths: Sequence[str], store: S3Access | None) -> pa.Table:
 _TABLES: dict[str, Any] = {}
 
 
-def _table(path: str, options: dict[str, str] | None) -> Any:
+def _table(path: str) -> Any:
     from deltalake import DeltaTable
 
     table = _TABLES.get(path)
@@ -153,19 +147,18 @@ def _table(path: str, options: dict[str, str] | None) -> Any:
             return table
         except Exception:  # replaced under us (dropped, made again): load it afresh
             del _TABLES[path]
-    table = DeltaTable(path, storage_options=options)
+    table = DeltaTable(path)
     _TABLES[path] = table
     return table
 
 
-def _open(plan: FilePlan, store: S3Access | None) -> dict[str, Any] | None:
+def _open(plan: FilePlan) -> dict[str, Any] | None:
     """Each table of the file as a delta-rs table; None when one of them has a feature the
     writer leaves to Spark."""
-    options = store.storage_options() if store is not None else None
     out = {}
     for kind, (_, path) in plan.tables.items():
         try:
-            table = _table(path, options)
+            table = _table(path)
         except Exception as exc:  # delta-rs refuses to load a table with an unknown feature
             if any(f in str(exc) for f in SPARK_ONLY_FEATURES):
                 return None

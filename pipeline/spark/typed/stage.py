@@ -1,6 +1,19 @@
 """Typed tables per configured file: ``changes_``, ``current_``, ``tombstones_``, ``history_``.
 
-Runs inside foreachBatch after the raw tables are committed, from the same persisted batch:
+Runs inside foreachBatch after the raw tables are committed, from the same batch, one of two
+ways (the rules below are the same; both are held to the reference models):
+
+* **direct** (``stream.raw_writer`` direct on a lake of the file system: a local lake by
+  default; ``tables.direct_typed``): the batch's
+  transactions, records and images are the state tasks' Parquet files; the decode specs and
+  refresh cutoffs are worked out here once, and the tasks of one Spark job land every file's
+  tables through delta-rs, column-wise (``pipeline.spark.typed.direct``, ``file_writer``;
+  ``pipeline.typed.frames`` are the rules on columns). What it costs grows with the batch's
+  rows, not with the number of files (BENCHMARKS.md "Typed tables over a files axis"). A file
+  whose tables carry a feature delta-rs cannot write (a column widened in place) is landed
+  the Spark way from the same files.
+* **Spark** (``stream.raw_writer`` spark, or an object-store lake), file after file, as the
+  points below say:
 
 1. transactions ⋈ records ⋈ images of the batch. Initial-state pseudo-transactions all have
    tsnr 0 and restart rsnr at 1, so (destination, subscription, epoch, tsnr, rsnr) is not unique
@@ -48,7 +61,6 @@ from typing import TYPE_CHECKING, Any
 from pipeline.config import Layout, Settings
 from pipeline.payload import spark_ddl
 from pipeline.spark.land.batch_writer import LandedBatch
-from pipeline.spark.land.datafiles import writer_mode
 from pipeline.spark.land.tables import table_path
 from pipeline.spark.land.writes import append_once, append_rows
 from pipeline.spark.typed.changes import (
@@ -79,6 +91,7 @@ from pipeline.spark.typed.tables import (
     changes_table,
     current_table,
     decode_spec,
+    direct_typed,
     form,
     history_table,
     tombstones_table,
@@ -110,7 +123,7 @@ class TypedTables:
         self._settings = settings
         self._tables = tables
         self._layouts = layouts
-        self._direct = writer_mode(settings) == "direct"
+        self._direct = direct_typed(settings)
 
     def land(self, batch: LandedBatch) -> dict[str, int]:
         files = batch.files if self._direct else None
