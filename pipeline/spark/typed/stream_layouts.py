@@ -91,14 +91,14 @@ def stored_versions(spark: SparkSession, settings: Settings) -> dict[str, FileVe
 
 
 def file_filter(layouts: list[Layout]) -> Column:
-    """Rows (with subscription, dbid, fnr) of the given layouts' files."""
+    """Rows (with subscription, dbid, fnr) of the given layouts' files. One SQL expression,
+    parsed once: built from Column objects it cost three py4j calls per term (2 s per batch
+    for 50 files)."""
     from pyspark.sql import functions as F
 
-    cond = F.lit(False)
-    for lay in layouts:
-        cond = cond | ((F.col("subscription") == lay.subscription)
-                       & (F.col("dbid") == lay.dbid) & (F.col("fnr") == lay.fnr))
-    return cond
+    terms = [f"(subscription = '{lay.subscription}' AND dbid = {int(lay.dbid)} "
+             f"AND fnr = {int(lay.fnr)})" for lay in layouts]
+    return F.expr(" OR ".join(terms) or "false")
 
 
 def _stored(spark: SparkSession, settings: Settings, files: list[Layout],
