@@ -91,18 +91,26 @@ def _text_table(codec: str) -> tuple[np.ndarray, np.ndarray] | None:
     return (points, alone) if same and alone.any() else None
 
 
-def decode_block(payloads: list[bytes | None], layout: RecordLayout, form: Form,
+def decode_block(payloads: pa.Array, layout: RecordLayout, form: Form,
                  empty: str = "keep") -> Decoded | None:
-    """The images' values by column, or None when ``layout`` is not ``columnar``."""
+    """The images' values by column, or None when ``layout`` is not ``columnar``.
+    ``payloads``: an Arrow binary array (one image each; null: none)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if not columnar(layout):
         return None
     n, size = len(payloads), _size(layout)
-    unsure = np.array([p is None or len(p) != size for p in payloads], bool)
+    lengths = pc.fill_null(pc.binary_length(payloads), -1).to_numpy(zero_copy_only=False)
+    unsure = lengths != size
     block = np.zeros((n, size), np.uint8)
     fit = np.flatnonzero(~unsure)
     if len(fit):
-        joined = b"".join(payloads[i] for i in fit)  # type: ignore[misc]
-        block[fit] = np.frombuffer(joined, np.uint8).reshape(len(fit), size)
+        # the images of the layout's length, contiguous in one binary array's data buffer
+        same = payloads.take(pa.array(fit)).cast(pa.binary())
+        offsets = np.frombuffer(same.buffers()[1], np.int32, len(same) + 1, same.offset * 4)
+        data = np.frombuffer(same.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
+        block[fit] = data.reshape(len(fit), size)
     columns: dict[str, pa.Array] = {}
     offset = 0
     for item in layout.items:

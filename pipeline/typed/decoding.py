@@ -175,50 +175,89 @@ def decode_table(images: pa.Table, spec: DecodeSpec | VersionedSpec,
     import pyarrow.compute as pc
 
     n = images.num_rows
-    payloads = images.column("payload").to_pylist()
-    forms = list(zip(*(pc.fill_null(images.column(c), 0).to_numpy(zero_copy_only=False)
-                       .astype(np.int64).tolist() for c in ("acode", "wcode", "arc")),
-                     strict=True))
-    errors: list[str | None] = [None] * n
-    groups: dict[tuple[int, tuple[int, int, int]], list[int]] = {}
-    chosen: dict[int, DecodeSpec] = {}
-    for i, one in enumerate(_picks(images, spec)):
-        if isinstance(one, str):
-            errors[i] = one
-            continue
-        chosen.setdefault(id(one.layout), one)
-        groups.setdefault((id(one.layout), forms[i]), []).append(i)
+    payloads = images.column("payload").combine_chunks()
+    codes = [pc.fill_null(images.column(c), 0).to_numpy(zero_copy_only=False)
+             .astype(np.int64) for c in ("acode", "wcode", "arc")]
+    # one int per form: ACODE and WCODE are code page numbers (< 2**16), ARC a byte
+    forms = (codes[0] << 24) | ((codes[1] & 0xFFFF) << 8) | (codes[2] & 0xFF)
+    exact = ((codes[0] >> 40) == 0) & ((codes[1] >> 16) == 0) & ((codes[2] >> 8) == 0)
+    picks, errors = _picks(images, spec)
     pieces: dict[str, list[tuple[np.ndarray, pa.Array]]] = {c: [] for c in types}
-    for (layout_id, form_key), rows in groups.items():
-        one = chosen[layout_id]
-        slow = _decode_group(one, form_key, np.asarray(rows), payloads, types, pieces)
-        cache: dict[tuple[int, int, int], Any] = {}
-        values: dict[str, list[Any]] = {c: [] for c in types}
-        for i in slow:
-            row, errors[i] = decode_one(one, cache, payloads[i], *form_key)
+    for one, rows in picks:
+        mine = forms[rows]
+        single = len(mine) > 0 and bool((mine == mine[0]).all())  # the common case
+        for form in [mine[0]] if single else np.unique(mine):
+            group = rows if single else rows[mine == form]
+            first = int(group[0])
+            form_key = (int(codes[0][first]), int(codes[1][first]), int(codes[2][first]))
+            if not exact[group].all():  # codes too large to pack: one by one
+                _decode_rows_of(one, group, payloads, types, pieces, errors, codes)
+                continue
+            slow = _decode_group(one, form_key, group, payloads, types, pieces)
+            cache: dict[tuple[int, int, int], Any] = {}
+            values: dict[str, list[Any]] = {c: [] for c in types}
+            for i in slow:
+                payload = payloads[int(i)].as_py()
+                row, errors[i] = decode_one(one, cache, payload, *form_key)
+                for c in types:
+                    values[c].append(None if row is None else row.get(c))
             for c in types:
-                values[c].append(None if row is None else row.get(c))
-        for c in types:
-            pieces[c].append((np.asarray(slow, np.int64), pa.array(values[c], types[c])))
+                pieces[c].append((np.asarray(slow, np.int64), pa.array(values[c], types[c])))
     return {c: _assemble(pieces[c], n, types[c]) for c in types}, errors
 
 
-def _picks(images: pa.Table, spec: DecodeSpec | VersionedSpec) -> Iterator[DecodeSpec | str]:
-    """The spec that decodes each image, or why none does."""
+def _decode_rows_of(one: DecodeSpec, rows: np.ndarray, payloads: pa.Array,
+                    types: Mapping[str, pa.DataType],
+                    pieces: dict[str, list[tuple[np.ndarray, pa.Array]]],
+                    errors: list[str | None], codes: list[np.ndarray]) -> None:
+    """Images decoded one by one, each in its own form."""
+    import pyarrow as pa
+
+    cache: dict[tuple[int, int, int], Any] = {}
+    values: dict[str, list[Any]] = {c: [] for c in types}
+    for i in rows.tolist():
+        form_key = (int(codes[0][i]), int(codes[1][i]), int(codes[2][i]))
+        row, errors[i] = decode_one(one, cache, payloads[i].as_py(), *form_key)
+        for c in types:
+            values[c].append(None if row is None else row.get(c))
+    for c in types:
+        pieces[c].append((rows.astype(np.int64), pa.array(values[c], types[c])))
+
+
+def _picks(images: pa.Table, spec: DecodeSpec | VersionedSpec
+           ) -> tuple[list[tuple[DecodeSpec, np.ndarray]], list[str | None]]:
+    """The images each spec decodes (row numbers), and why none does an image (else None):
+    a ``VersionedSpec`` picks by commit time, asked once per distinct time."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    n = images.num_rows
+    errors: list[str | None] = [None] * n
     if isinstance(spec, DecodeSpec):
-        yield from [spec] * images.num_rows
-        return
-    commits = pc.cast(images.column("commit_time"), pa.int64()).to_pylist()
-    for commit in commits:
-        one, error = spec.pick(commit)
-        yield one if one is not None else str(error)
+        return [(spec, np.arange(n))], errors
+    commits = pc.cast(images.column("commit_time"), pa.int64())
+    valid = pc.is_valid(commits).to_numpy(zero_copy_only=False)
+    none = np.iinfo(np.int64).min  # no commit time: its own group
+    stamps = np.where(valid, pc.fill_null(commits, 0).to_numpy(zero_copy_only=False), none)
+    times, inverse = np.unique(stamps, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    layout_of = np.full(len(times), -1, np.int64)
+    chosen: dict[int, tuple[int, DecodeSpec]] = {}
+    why: dict[int, str] = {}
+    for t, stamp in enumerate(times.tolist()):
+        one, error = spec.pick(None if stamp == none else stamp)
+        if one is None:
+            why[t] = str(error)
+            continue
+        layout_of[t] = chosen.setdefault(id(one.layout), (len(chosen), one))[0]
+    row_layout = layout_of[inverse]
+    for i in np.flatnonzero(row_layout < 0).tolist():
+        errors[i] = why[int(inverse[i])]
+    return ([(one, np.flatnonzero(row_layout == k)) for k, one in chosen.values()], errors)
 
 
 def _decode_group(one: DecodeSpec, form_key: tuple[int, int, int], rows: np.ndarray,
-                  payloads: list[Any], types: Mapping[str, pa.DataType],
+                  payloads: pa.Array, types: Mapping[str, pa.DataType],
                   pieces: dict[str, list[tuple[np.ndarray, pa.Array]]]) -> list[int]:
     """Decode a group's images column-wise into ``pieces``; the rows left to the row
     decoder (all of them when the layout or the form is not for ``columns``)."""
@@ -229,8 +268,9 @@ def _decode_group(one: DecodeSpec, form_key: tuple[int, int, int], rows: np.ndar
                             wcode=form_key[1], arc=form_key[2])
     except PayloadError:
         return rows.tolist()  # the row decoder says why, image by image
-    block = decode_block([bytes(payloads[i]) if payloads[i] is not None else None
-                          for i in rows], one.layout, form, one.empty)
+    everyone = len(rows) == len(payloads) and bool((rows == np.arange(len(rows))).all())
+    block = decode_block(payloads if everyone else payloads.take(pa.array(rows)), one.layout,
+                         form, one.empty)
     if block is None:
         return rows.tolist()
     sure = ~block.unsure
@@ -247,6 +287,9 @@ def _assemble(pieces: list[tuple[np.ndarray, pa.Array]], n: int, kind: pa.DataTy
     """One column in row order from pieces of (row numbers, values); rows in none: null."""
     import pyarrow as pa
 
+    full = [(rows, arr) for rows, arr in pieces if len(rows)]
+    if len(full) == 1 and len(full[0][0]) == n and bool((full[0][0] == np.arange(n)).all()):
+        return full[0][1].cast(kind)  # one piece, every row, in order: the common case
     covered = np.zeros(n, bool)
     for rows, _ in pieces:
         covered[rows] = True

@@ -101,29 +101,62 @@ def group_starts(table: pa.Table, columns: Sequence[str]) -> np.ndarray:
     return starts
 
 
+def _repeated(table: pa.Table, columns: Sequence[str]) -> np.ndarray | None:
+    """Rows whose ``columns`` (nulls equal) another row shares; None when no row does (the
+    common case, found with one hash aggregation instead of a sort)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = table.select(list(columns))
+    counts = keys.group_by(list(columns)).aggregate([([], "count_all")])
+    if counts.num_rows == table.num_rows:
+        return None
+    if any(keys.column(c).null_count for c in columns):  # a join never matches nulls
+        return np.ones(table.num_rows, bool)
+    many = counts.filter(pc.greater(counts.column("count_all"), 1)).select(list(columns))
+    rows = keys.append_column("_row", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    hit = rows.join(many, list(columns), join_type="left semi")
+    mask = np.zeros(table.num_rows, bool)
+    mask[hit.column("_row").to_numpy()] = True
+    return mask
+
+
 def last_per_group(table: pa.Table, group: Sequence[str], order: Sequence[str]) -> pa.Table:
     """One row per ``group``: the greatest by ``order`` (nulls first; the later row of equal
-    ones), as ``row_number() over (partition by group order by order desc) = 1``."""
+    ones), as ``row_number() over (partition by group order by order desc) = 1``. Rows come
+    in no particular order."""
+    import pyarrow as pa
+
     if not table.num_rows:
         return table
-    ordered = table.take(sort_indices(table, [*group, *order]))
-    starts = group_starts(ordered, group)
-    ends = np.append(starts[1:], True)
-    return ordered.filter(ends)
+    repeated = _repeated(table, group)
+    if repeated is None:
+        return table
+    many = table.filter(pa.array(repeated))
+    ordered = many.take(sort_indices(many, [*group, *order]))
+    ends = np.append(group_starts(ordered, group)[1:], True)
+    return pa.concat_tables([table.filter(pa.array(~repeated)), ordered.filter(ends)])
 
 
 def occurrence(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
     """1 for the first row of its ``keys`` in table order, 2 for the next …: the n-th
-    initial-state pseudo-transaction of a key (``pipeline.spark.typed.changes._occurrence``)."""
-    n = table.num_rows
-    if not n:
-        return np.zeros(0, np.int64)
-    order = sort_indices(table, keys)
-    starts = group_starts(table.take(order), keys)
-    position = np.arange(n)
+    initial-state pseudo-transaction of a key (``pipeline.spark.typed.changes._occurrence``).
+    Only the rows of repeated keys are sorted."""
+    import pyarrow as pa
+
+    occ = np.ones(table.num_rows, np.int64)
+    repeated = _repeated(table, keys) if table.num_rows else None
+    if repeated is None:
+        return occ
+    rows = np.flatnonzero(repeated)
+    some = table.take(pa.array(rows))
+    order = sort_indices(some, keys)
+    starts = group_starts(some.take(order), keys)
+    position = np.arange(len(rows))
     first = np.maximum.accumulate(np.where(starts, position, 0))
-    occ = np.empty(n, np.int64)
-    occ[order] = position - first + 1
+    within = np.empty(len(rows), np.int64)
+    within[order] = position - first + 1
+    occ[rows] = within
     return occ
 
 

@@ -17,6 +17,7 @@ from pipeline.typed.frames import (
     current_ops,
     greater,
     history_rows,
+    last_per_group,
     merge_source,
     occurrence,
     order_key,
@@ -198,3 +199,26 @@ def test_order_keys_put_a_null_before_any_value() -> None:
 def test_occurrences_count_repeated_keys_in_table_order() -> None:
     table = pa.table({"k": ["a", "b", "a", None, "a", None], "t": [0, 0, 0, 0, 1, 0]})
     assert occurrence(table, ["k", "t"]).tolist() == [1, 1, 2, 1, 1, 2]
+
+
+@FRAMES
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", None]), st.integers(0, 2),
+                          st.sampled_from([1, 2, None])), max_size=30))
+def test_occurrence_and_last_per_group_are_the_plain_python_ones(rows) -> None:
+    table = pa.table({"k": pa.array([r[0] for r in rows], pa.string()),
+                      "t": pa.array([r[1] for r in rows], pa.int64()),
+                      "v": pa.array([r[2] for r in rows], pa.int64()),
+                      "i": pa.array(list(range(len(rows))), pa.int64())})
+    seen: dict[tuple, int] = {}
+    want = []
+    for k, t, _ in rows:
+        seen[(k, t)] = seen.get((k, t), 0) + 1
+        want.append(seen[(k, t)])
+    assert occurrence(table, ["k", "t"]).tolist() == want
+    best: dict[tuple, tuple] = {}
+    for i, (k, t, v) in enumerate(rows):  # greatest v, nulls first, the later of equal ones
+        rank = (v is not None, v or 0, i)
+        if (k, t) not in best or rank > best[(k, t)]:
+            best[(k, t)] = rank
+    got = last_per_group(table, ["k", "t"], ["v"]).column("i").to_pylist()
+    assert sorted(got) == sorted(rank[2] for rank in best.values())

@@ -42,7 +42,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.typed.batch_rows import KEYS, FileBatch, FileKey, deleted_by_rsp, file_batches
+from pipeline.typed.batch_rows import (
+    CODED,
+    READ,
+    FileBatch,
+    FileKey,
+    deleted_by_rsp,
+    file_batches,
+)
 from pipeline.typed.decoding import DecodeSpec, VersionedSpec, decode_table
 from pipeline.typed.frames import (
     DELETE,
@@ -121,13 +128,17 @@ def land_work(work: TypedWork) -> Iterator[FileResult]:
 
 
 def _read(table: str, paths: Sequence[str]) -> pa.Table:
-    """The batch's rows of one raw table, file after file in the order given."""
+    """The batch's rows of one raw table (the columns the typed step reads), file after
+    file in the order given."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from pipeline.spark.land.tables import arrow_schema
 
-    parts = [arrow_schema(table).empty_table(), *(pq.read_table(path) for path in paths)]
+    columns = list(READ[table])
+    schema = arrow_schema(table)
+    empty = pa.schema([schema.field(c) for c in columns]).empty_table()
+    parts = [empty, *(pq.read_table(path, columns=columns) for path in paths)]
     return pa.concat_tables(parts, promote_options="default")
 
 
@@ -265,7 +276,7 @@ def record_changes(records: pa.Table, good: pa.Table, values: list[str]) -> pa.T
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    on = [*KEYS, "occ", "rsnr"]
+    on = [*CODED, "occ", "rsnr"]
     images = last_per_group(good.select([*on, "image_type", "dsnr", *values]),
                             [*on, "image_type"], ["dsnr"])
     rows = records.select(on).append_column(

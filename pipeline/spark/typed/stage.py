@@ -132,7 +132,7 @@ class TypedTables:
         if records or batch.rows.get("layouts"):
             return write_typed_tables(batch.session, batch.frame, batch.batch_id,
                                       self._settings, batch.app_id, self._tables, self._layouts,
-                                      files=files)
+                                      files=files, layouts=bool(batch.rows.get("layouts")))
         self._tables.ensure(batch.session)
         return {}
 
@@ -140,18 +140,21 @@ class TypedTables:
 def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, settings: Settings,
                        app_id: str, tables: TypedTableSet | None = None,
                        next_layouts: NextLayouts | None = None,
-                       files: Sequence[Mapping[str, Any]] | None = None) -> dict[str, int]:
+                       files: Sequence[Mapping[str, Any]] | None = None,
+                       layouts: bool = True) -> dict[str, int]:
     """Land the typed tables of every configured layout for one batch; rows per table.
     ``tables``: the writer's record of the tables made so far (a new one checks them all);
     ``next_layouts`` is told the layout that decodes each file's next images, for the lifecycle
     step of the same batch. ``files``: the direct writer's files of the batch (its records
     are there, not in ``batch``): the tasks land the tables (``pipeline.spark.typed.direct``);
-    None: Spark does, from ``batch``'s rows."""
+    None: Spark does, from ``batch``'s rows. ``layouts``: whether ``batch`` may hold
+    ``layouts`` (GFFT) rows (False: its counts say none, their read is skipped)."""
     if not settings.layouts:
         return {}
     (tables or TypedTableSet(settings)).ensure(spark)
     if files is not None:
-        return _write_direct(spark, batch, batch_id, settings, app_id, next_layouts, files)
+        return _write_direct(spark, batch, batch_id, settings, app_id, next_layouts, files,
+                             layouts)
     from pyspark.sql import functions as F
 
     recs, imgs = joined_rows(batch, settings)
@@ -205,7 +208,7 @@ def _spark_files(spark: SparkSession, settings: Settings, layouts: Sequence[Layo
 
 def _write_direct(spark: SparkSession, batch: DataFrame, batch_id: int, settings: Settings,
                   app_id: str, next_layouts: NextLayouts | None,
-                  files: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+                  files: Sequence[Mapping[str, Any]], layouts: bool) -> dict[str, int]:
     """The direct way: the specs and cutoffs here, every file's tables in the tasks of one
     Spark job; a file the tasks leave to Spark (a widened column) the Spark way, from the
     same files."""
@@ -216,7 +219,8 @@ def _write_direct(spark: SparkSession, batch: DataFrame, batch_id: int, settings
     every = {lay.table_suffix() for lay in settings.layouts} if records else set()
     # no per-file schema reads here: the tasks write in each table's own types, and a table
     # widened in place (the case _conf_spec is for) is left to Spark, which reads them
-    specs, events, fresh = _specs(spark, settings, batch, batch_id, every, widening=False)
+    specs, events, fresh = _specs(spark, settings, batch, batch_id, every, widening=False,
+                                  batch_layouts=layouts)
     if next_layouts is not None and records:
         next_layouts.known(batch_id, specs)
     if fresh:
@@ -271,15 +275,16 @@ def _spark_fallback(spark: SparkSession, settings: Settings, layouts: Sequence[L
 
 
 def _specs(spark: SparkSession, settings: Settings, batch: DataFrame | None, batch_id: int,
-           present: set[str], *, widening: bool = True
+           present: set[str], *, widening: bool = True, batch_layouts: bool = True
            ) -> tuple[dict[str, DecodeSpec | VersionedSpec], list[dict[str, Any]],
                       dict[tuple[int, int], Any]]:
     """Each file's decode spec (by table suffix): its GFFT versions with the conf as fallback
     (``pipeline.spark.typed.stream_layouts``), or the conf layout alone; the ``schema_events``
     rows of the GFFT versions first seen in this batch; and the files those versions are of,
     with the newest one's creation time. ``present``: the suffixes of the files the batch has
-    records of; ``widening``: give them ``_conf_spec``'s wider types."""
-    versions = read_versions(spark, settings, batch, batch_id, bool(present))
+    records of; ``widening``: give them ``_conf_spec``'s wider types; ``batch_layouts``:
+    whether the batch may hold GFFT rows (``read_versions``)."""
+    versions = read_versions(spark, settings, batch, batch_id, bool(present), batch_layouts)
     specs: dict[str, DecodeSpec | VersionedSpec] = {}
     events: list[dict[str, Any]] = []
     fresh: dict[tuple[int, int], Any] = {}
