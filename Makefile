@@ -43,7 +43,7 @@ faults:  ## fault-injection tests: kill -9, broker outage, corruption, restarts,
 lint: setup  ## ruff
 	@.venv/bin/ruff check .
 
-bench: setup  ## codec, state task, then pipeline vs raw Kafka->Delta at 2,000 and 20,000 msgs/batch and one busy key (~30 min; figures go to BENCHMARKS.md by hand)
+bench: setup  ## codec, state task, pipeline vs raw Kafka->Delta at 2,000 and 20,000 msgs/batch, one busy key, then the typed tables over 1/2/10/50 files (~70 min; figures go to BENCHMARKS.md by hand)
 	@$(PY) benchmarks/bench_codec.py
 	@$(PY) benchmarks/bench_state.py
 	@echo "== pipeline vs raw, 2,000 messages per batch (the template's cap) =="
@@ -52,9 +52,12 @@ bench: setup  ## codec, state task, then pipeline vs raw Kafka->Delta at 2,000 a
 	@$(PY) benchmarks/bench_pipeline.py --transactions 400000 --max-offsets 20000 $(BENCH_ARGS)
 	@echo "== one busy key (every transaction on one state task), 5,000 messages per batch: 4 full batches, so a steady figure =="
 	@$(PY) benchmarks/bench_pipeline.py --transactions 400000 --max-offsets 5000 --subscriptions 1 $(BENCH_ARGS)
+	@echo "== typed tables (each file a layout, history on) over 1/2/10/50 files at 2,000 and 20,000 msgs/batch, against the raw passthrough of the same load =="
+	@$(PY) benchmarks/bench_typed.py $(TYPED_ARGS)
 
-scaling: setup  ## full pipeline at 2k/5k/20k/50k msgs/batch x 1/2/8 busy keys: tx/s, batch time, memory (~40 min; SCALING_ARGS=...)
+scaling: setup  ## full pipeline at 2k/5k/20k/50k msgs/batch x 1/2/8 busy keys, then typed tables over 1/10/50 files: tx/s, batch time, memory (~75 min; SCALING_ARGS=..., TYPED_ARGS=...)
 	@$(PY) benchmarks/scaling.py $(SCALING_ARGS)
+	@$(PY) benchmarks/bench_typed.py --files 1,10,50 $(TYPED_ARGS)
 
 soak: setup  ## >=10 min steady load with faults: state and memory flat? (not in CI; SOAK_ARGS=...)
 	@$(PY) benchmarks/soak.py $(SOAK_ARGS)

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pipeline.spark.typed.history_files import land_history
 from pipeline.typed.batch_rows import (
     CODED,
     READ,
@@ -56,9 +57,7 @@ from pipeline.typed.frames import (
     META,
     UNVERIFY,
     UPSERT,
-    VERSION,
     current_ops,
-    history_rows,
     last_per_group,
     merge_source,
     since_cutoff,
@@ -307,13 +306,11 @@ def record_changes(records: pa.Table, good: pa.Table, values: list[str]) -> pa.T
     return out
 
 
-def _read_rows(table: Any, isns: pa.Array | pa.ChunkedArray, extra: Any = None) -> pa.Table:
+def _read_rows(table: Any, isns: pa.Array | pa.ChunkedArray) -> pa.Table:
     """The table's rows of these ISNs (files pruned by their ISN statistics), in its schema."""
     import pyarrow.dataset as ds
 
     where = ds.field("isn").isin(isns)
-    if extra is not None:
-        where = where & extra
     return table.to_pyarrow_dataset().to_table(filter=where).cast(_schema(table))
 
 
@@ -365,27 +362,13 @@ def _rewrite_tombstones(plan: FilePlan, table: Any, old: pa.Table, source: pa.Ta
 
 
 def _merge_history(plan: FilePlan, table: Any, changes: pa.Table, work: TypedWork) -> None:
-    """Point 4: the versions of the touched ISNs that are new or whose interval changed."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.dataset as ds
-
+    """Point 4: the versions of the touched ISNs that are new or whose interval changed
+    (``history_files``: only the files holding them are rewritten)."""
     app = _app(work, "history", plan)
     if not changes.num_rows or _landed(table, app, work.batch_id):
         return
-    stamps = pc.cast(changes.column("commit_time"), pa.int64())
-    earliest = None if stamps.null_count else pc.min(stamps).as_py()
-    schema = _schema(table)
-    recent = None
-    if earliest is not None:
-        cut = pa.scalar(earliest, pa.int64()).cast(schema.field("valid_to").type)
-        recent = ds.field("valid_to").is_null() | (ds.field("valid_to") >= cut)
-    old = _read_rows(table, pc.unique(changes.column("isn")), extra=recent)
-    rows = history_rows(old, with_flags(changes, work.batch_id), plan.cutoffs_us)
-    if rows.num_rows:
-        same = " AND ".join(["t.isn = s.isn", *[f"(t.{c} IS NOT DISTINCT FROM s.{c})"
-                                                for c in VERSION]])
-        _merge(table, rows.select(schema.names).cast(schema), same, app, work.batch_id)
+    land_history(table, with_flags(changes, work.batch_id), plan.cutoffs_us, app,
+                 work.batch_id, _commit(app, work.batch_id))
 
 
 def _merge(table: Any, source: pa.Table, on: str, app_id: str, batch_id: int, *,
