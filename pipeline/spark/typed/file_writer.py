@@ -242,9 +242,8 @@ def _append(table: Any, rows: pa.Table, app_id: str, batch_id: int) -> None:
 
 def _decode(images: pa.Table, spec: DecodeSpec | VersionedSpec, schema: pa.Schema,
             values: list[str]) -> tuple[pa.Table, list[str | None]]:
-    """The images with their value columns in the table's types, and each one's error."""
-    if not images.num_rows:
-        return images, []
+    """The images with their value columns in the table's types, and each one's error
+    (no images: none, the columns still there for the records' changes)."""
     columns, errors = decode_table(images, spec, {v: schema.field(v).type for v in values})
     for v in values:
         images = images.append_column(v, columns[v])
