@@ -5,6 +5,7 @@ Run from the repository root (``make bench`` runs its default; ``make scaling`` 
 
     .venv/bin/python benchmarks/bench_typed.py                       # files 1,2,10,50 x 2k, 20k
     .venv/bin/python benchmarks/bench_typed.py --files 2,50 --sizes 2000
+    .venv/bin/python benchmarks/bench_typed.py --report .bench/typed-*.json   # one table
 
 For each files count F one topic per batch size is loaded (``bench_pipeline``'s load mode, its
 template's two subscriptions: COLOR in EBCDIC and EMPLOYEE in ASCII, one busy key each) with F
@@ -156,7 +157,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reuse", default="",
                    help="FILES:SIZE=RUN,… topics loaded by earlier runs (.bench/runs/RUN)")
     p.add_argument("--timeout", type=float, default=3600.0, help="per phase, seconds")
+    p.add_argument("--report", nargs="+", metavar="JSON",
+                   help="print the table of rows saved by earlier runs (.bench/typed-*.json) "
+                        "and run nothing: one run per (files, size) keeps each under the "
+                        "Spark lock for minutes, not an hour")
     args = p.parse_args(argv)
+    if args.report:
+        saved = [row for path in args.report for row in json.loads(Path(path).read_text())]
+        print(table(saved))
+        for line in file_ratios(saved):
+            print(line)
+        return 0
     reuse = dict(item.split("=") for item in args.reuse.split(",") if item)
     rows: list[dict[str, Any]] = []
     for size in map(int, args.sizes.split(",")):
@@ -169,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
           + table(rows))
     for line in file_ratios(rows):
         print(line)
-    (BENCH_DIR / "typed-results.json").write_text(json.dumps(rows, indent=1))
+    saved = BENCH_DIR / f"typed-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    saved.write_text(json.dumps(rows, indent=1))
+    print(f"rows saved in {saved.relative_to(ROOT)} (--report takes them)")
     if any(r["started_broker"] for r in rows):
         from pipeline.config import load_settings
         from pipeline.ops import broker
