@@ -155,10 +155,24 @@ def _alpha(raw: np.ndarray, spec: FieldSpec, form: Form
     points, alone = table
     code = points[raw]
     bad = ~alone[raw].all(axis=1) | (code == 0).any(axis=1)  # NUL: the strip would differ
-    trailing = np.flip(np.logical_and.accumulate(np.flip(code == _SPACE, 1), axis=1), 1)
-    code = np.where(trailing, 0, code).astype("<u4")
+    kept = width - np.argmax(np.flip(code != _SPACE, 1), axis=1)  # characters before blanks
+    kept[~(code != _SPACE).any(axis=1)] = 0
+    if bool((code < 0x80).all()):  # ASCII: the translated bytes are the UTF-8 text
+        return _ascii(code.astype(np.uint8), kept), bad, np.zeros(n, bool)
+    code = np.where(np.arange(width) < kept[:, None], code, 0).astype("<u4")
     text = np.ascontiguousarray(code).view(f"<U{width}").reshape(n)
     return pa.array(text, pa.string()), bad, np.zeros(n, bool)
+
+
+def _ascii(chars: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """A string array of each row's first ``lengths`` ASCII bytes, built from buffers."""
+    import pyarrow as pa
+
+    offsets = np.zeros(len(lengths) + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    data = chars[np.arange(chars.shape[1]) < lengths[:, None]]
+    return pa.StringArray.from_buffers(len(lengths), pa.py_buffer(offsets.tobytes()),
+                                       pa.py_buffer(data.tobytes()))
 
 
 def _unsigned(raw: np.ndarray, big_endian: bool) -> np.ndarray:
