@@ -18,9 +18,9 @@ What a file's batch does (the rules are ``pipeline.typed.frames``; the Spark pat
    ``current_…`` as ``update``/``insert``/``delete`` decided here (delta-rs writes the change
    feed of ``delta.enableChangeDataFeed`` itself);
 3. with ``deletes: remove`` the tombstone table rewritten when it changed (it is small);
-4. with ``history`` the rows of the touched ISNs that can change (open, or closed at or after
-   the batch's earliest change) read, and the new or changed versions MERGEd by (ISN,
-   version).
+4. with ``history`` the files holding a version of the touched ISNs that can change (open,
+   or closed at or after the batch's earliest change) rewritten with the new or changed
+   versions (``pipeline.spark.typed.history_files``).
 
 Exactly once, as the Spark path: each commit carries Delta's ``txn`` action (app id
 ``<app>-<table>``, version = batch id), the same pair delta-spark's txnAppId writes, and a
