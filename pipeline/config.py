@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -24,8 +24,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -263,17 +265,83 @@ class Replicator(_Model):
         return value
 
 
+#: The database of a subscription that names none (``dbid``) and lists plain file numbers.
+DEFAULT_DBID = 10006
+
+
+class SubscriptionFile(_Model):
+    """One file of a subscription with its database (``SFILE=4,SFDBID=10006`` in seed 000's
+    ADARPD SUBSCRIPTION): a subscription may list files of several databases."""
+
+    dbid: int = Field(ge=1, le=65535)
+    fnr: int = Field(ge=1, le=65535)
+
+
+def _pair(item: Any) -> tuple[int, int] | None:
+    """(dbid, fnr) of a well-formed ``{dbid, fnr}`` entry of a files list, else None."""
+    if isinstance(item, SubscriptionFile):
+        return item.dbid, item.fnr
+    if isinstance(item, dict) and set(item) == {"dbid", "fnr"} and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in item.values()):
+        return item["dbid"], item["fnr"]
+    return None
+
+
+def file_keys(dbid: int, files: Sequence[int | SubscriptionFile]) -> tuple[tuple[int, int], ...]:
+    """(dbid, fnr) of each entry of a ``files`` list: a plain number is a file of ``dbid``
+    (also the simulator's definitions, pipeline/sim/model.py)."""
+    return tuple((f.dbid, f.fnr) if isinstance(f, SubscriptionFile) else (dbid, f)
+                 for f in files)
+
+
+def check_files_once(keys: Sequence[tuple[int, int]]) -> None:
+    """ValueError naming the first (dbid, fnr) a files list names twice."""
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ValueError(f"files lists database {twice[0][0]} file {twice[0][1]} twice")
+
+
 class Subscription(_Model):
-    """A replicator subscription the job expects, and what the simulator generates for it."""
+    """A replicator subscription the job expects, and what the simulator generates for it.
+
+    ``files`` lists file numbers of ``dbid`` (the old form, ``[4, 9]``), ``{dbid, fnr}``
+    pairs (``[{dbid: 10006, fnr: 4}, {dbid: 10007, fnr: 4}]``), or both. The primary
+    database is ``dbid`` when given, else the first the pairs name (``DEFAULT_DBID`` with
+    plain numbers only); ``file_keys()`` is the (dbid, fnr) list every reader uses.
+    """
 
     name: str
     destinations: list[str] = Field(default_factory=lambda: ["OUT1"])
-    dbid: int = Field(10006, ge=1, le=65535)
-    files: list[int] = Field(default_factory=lambda: [4])
+    dbid: int = Field(DEFAULT_DBID, ge=1, le=65535)
+    files: list[int | SubscriptionFile] = Field(default_factory=lambda: [4], min_length=1)
     ebcdic: bool = True
     images: Literal["after", "before", "both"] = "both"
     resend_buffer: bool = True
     initial_state: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _primary_database(cls, data: Any) -> Any:
+        """Without ``dbid`` the primary database is the first the pairs name; plain numbers
+        beside pairs need ``dbid`` (which database they are of would be a guess). Pairs of
+        the primary database are kept as plain numbers: ``files`` then reads as it always
+        did for the files of ``dbid``, and ``file_keys()`` is the same either way."""
+        if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+            return data
+        files = data["files"]
+        pairs = [_pair(f) for f in files]
+        dbid = data.get("dbid")
+        if dbid is None:
+            named = [p for p in pairs if p is not None]
+            if not named:
+                return data
+            if any(isinstance(f, int) and not isinstance(f, bool) for f in files):
+                raise ValueError("files mixes plain file numbers with {dbid, fnr} pairs: give "
+                                 "dbid, the database of the plain numbers")
+            dbid = named[0][0]
+        kept = [p[1] if p is not None and p[0] == dbid else f for f, p in zip(files, pairs,
+                                                                               strict=True)]
+        return {**data, "dbid": dbid, "files": kept}
 
     @field_validator("name")
     @classmethod
@@ -281,6 +349,42 @@ class Subscription(_Model):
         if not _DNAM.match(value):
             raise ValueError("must be a 1-8 character subscription name")
         return value
+
+    @field_validator("files", mode="before")
+    @classmethod
+    def _file_forms(cls, value: Any) -> Any:
+        """One clear line for an entry that is neither form (pydantic would report both)."""
+        if not isinstance(value, list):
+            return value
+        for i, item in enumerate(value):
+            if isinstance(item, bool) or not isinstance(item, int | dict | SubscriptionFile):
+                raise ValueError(f"entry {i} ({item!r}) is neither a file number nor "
+                                 "{dbid: N, fnr: N}")
+            if isinstance(item, dict) and (set(item) != {"dbid", "fnr"} or not all(
+                    isinstance(v, int) and not isinstance(v, bool) for v in item.values())):
+                raise ValueError(f"entry {i} ({item!r}) must be {{dbid: N, fnr: N}}: "
+                                 "two numbers")
+        return value
+
+    @model_validator(mode="after")
+    def _files_once(self) -> Subscription:
+        check_files_once(self.file_keys())
+        return self
+
+    def file_keys(self) -> tuple[tuple[int, int], ...]:
+        """(dbid, fnr) of every file of the subscription, in conf order: plain numbers are
+        files of ``dbid``."""
+        return file_keys(self.dbid, self.files)
+
+    def databases(self) -> tuple[int, ...]:
+        """The databases the subscription's files are in, in conf order, the primary
+        (``dbid``) first when it has files."""
+        found = dict.fromkeys(d for d, _ in self.file_keys())
+        return tuple(sorted(found, key=lambda d: d != self.dbid))
+
+    def files_of(self, dbid: int) -> tuple[int, ...]:
+        """The file numbers of database ``dbid`` the subscription lists."""
+        return tuple(f for d, f in self.file_keys() if d == dbid)
 
     @field_validator("initial_state")
     @classmethod
@@ -322,6 +426,9 @@ class Gaps(_Model):
     storm_window_ms: int = Field(60_000, ge=1_000)
     storm_max_gaps: int = Field(20, ge=1)
     storm_max_tsnrs: int = Field(2_000, ge=1)
+    # A tsnr whose resend the replicator confirmed (TRSP response 0) is asked again, and may
+    # be given up, only this long after the confirmation.
+    confirmed_wait_ms: int = Field(300_000, ge=1_000)
 
 
 class InitialState(_Model):
@@ -329,6 +436,13 @@ class InitialState(_Model):
 
     max_isns_per_request: int = Field(500, ge=1, le=100_000)
     reply_timeout_ms: int = Field(600_000, ge=1_000)
+    # INST messages a (destination, subscription) keeps in flight; the replicator refuses
+    # requests beyond its IMAXREQ with INST/ERRO 131/44 (retried after refused_retry_ms,
+    # doubling). max_attempts: requests that may ask for the same ISNs (incomplete answers,
+    # refusals) before the request is failed (critical alert).
+    max_concurrent_requests: int = Field(2, ge=1, le=64)
+    max_attempts: int = Field(3, ge=1, le=20)
+    refused_retry_ms: int = Field(60_000, ge=1_000)
 
 
 class Stream(_Model):
@@ -388,8 +502,22 @@ class Stream(_Model):
     # appends; ``auto`` — direct for a lake on the local file system, Spark otherwise.
     raw_writer: Literal["auto", "direct", "spark"] = "auto"
     prometheus_port: int | None = Field(None, ge=1024, le=65535)
+    # Where the endpoint listens: 127.0.0.1 keeps it on the driver's machine; 0.0.0.0 (or the
+    # pod's address) lets a cluster's Prometheus scrape the driver (conf/README.md).
+    prometheus_address: str = "127.0.0.1"
+    # A file is fresh while its newest landed transaction's commit time is at most this old,
+    # or its subscription is idle (the STAT probe's answer): the freshness objective the
+    # burn-rate alerts of monitoring/prometheus/urbpipe-rules.yml measure.
+    freshness_objective_seconds: float = Field(900.0, gt=0)
     gaps: Gaps = Gaps()
     initial_state: InitialState = InitialState()
+
+    @field_validator("prometheus_address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        if not re.match(r"^[A-Za-z0-9.:-]{1,253}$", value.strip()):
+            raise ValueError("must be an IP address or host name to listen on (0.0.0.0: all)")
+        return value.strip()
 
     @field_validator("trigger_interval")
     @classmethod
@@ -558,6 +686,45 @@ def endpoint_url(value: str) -> str:
     return f"{url.scheme}://{host}" + (f":{port}" if port else "")
 
 
+#: Where monitoring/prometheus/urbpipe-rules.yml and the alerts the job posts send an on-call
+#: engineer: docs/runbook.md as your copy of the repository serves it (conf/README.md).
+DEFAULT_RUNBOOK_URL = "https://urbpipe.invalid/docs/runbook.md"
+_LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Alertmanager(_Model):
+    """The job's own alerts posted to Alertmanager's API (``pipeline.alertmanager``), beside
+    the alerts topic and table: a gap's alert fires while it is open or unrecoverable and is
+    resolved when it fills (the job) or an operator acknowledges it (``urbpipe gaps ack``)."""
+
+    url: str | None = None
+    # Added to every alert posted (e.g. cluster, team); alertname, severity, destination,
+    # subscription and the alert's own identity are the job's.
+    labels: dict[str, str] = Field(default_factory=lambda: {"job": "urbpipe"})
+    # A firing alert's endsAt: it stays firing this long unless resolved before (a gap
+    # filled, acknowledged; a breaker resumed) ...
+    hold_hours: float = Field(168.0, gt=0)
+    # ... and an alert about one event (a rejected request, a lost continuation …) this long.
+    event_hours: float = Field(24.0, gt=0)
+    timeout_seconds: float = Field(5.0, gt=0, le=120)
+    runbook_url: str = DEFAULT_RUNBOOK_URL
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+(/[^\s]*)?$", value):
+            raise ValueError("must look like http://alertmanager:9093")
+        return value.rstrip("/") if value else value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not _LABEL_NAME.match(name) or name.startswith("__"):
+                raise ValueError(f"label {name!r} is not a Prometheus label name")
+        return value
+
+
 #: Columns every typed change/current-state row carries; a layout's columns must not reuse them.
 TYPED_KEY_COLUMNS = frozenset({
     "subscription", "destination", "epoch", "tsnr", "rsnr", "dsnr", "isn", "record_type",
@@ -596,6 +763,8 @@ class Layout(_Model):
     tombstone_retention_days: float | None = Field(30.0, gt=0)
     history: bool = False
     codepage: str | None = None
+    # the subscription's primary database, set by Settings (``in_settings``), never by conf
+    _primary_dbid: int | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _parses(self) -> Layout:
@@ -635,8 +804,35 @@ class Layout(_Model):
                 "dbid": self.dbid, "fnr": self.fnr}
 
     def table_suffix(self) -> str:
-        """``<subscription>_<fnr>`` in lower case: the typed tables' name suffix."""
-        return f"{self.subscription.lower()}_{self.fnr}"
+        """The typed tables' name suffix (``typed_table_suffix``), knowing the primary
+        database of its subscription from the Settings it belongs to (a Layout made alone
+        is taken for a file of the primary database)."""
+        return typed_table_suffix(self.subscription, self.dbid, self.fnr, self._primary_dbid)
+
+    @property
+    def primary_dbid(self) -> int | None:
+        """The primary database of the layout's subscription (None: a Layout made alone)."""
+        return self._primary_dbid
+
+    def in_settings(self, primary_dbid: int | None) -> Layout:
+        """This layout as a Settings holds it: a copy that knows its subscription's primary
+        database (``Settings`` makes them; ``table_suffix`` needs it)."""
+        bound = self.model_copy()
+        bound._primary_dbid = primary_dbid
+        return bound
+
+
+def typed_table_suffix(subscription: str, dbid: int, fnr: int,
+                       primary_dbid: int | None = None) -> str:
+    """THE name suffix of the typed tables of (subscription, dbid, fnr), in lower case:
+    ``<sub>_<fnr>`` for a file of the subscription's primary database (``primary_dbid``;
+    None: taken as primary), so lakes made before subscriptions over several databases keep
+    their names; ``<sub>_<dbid>_<fnr>`` for a file of any other database. ``Settings``
+    refuses a conf where two files would get one name (``_typed_names_unique``)."""
+    name = subscription.lower()
+    if primary_dbid is None or dbid == primary_dbid:
+        return f"{name}_{fnr}"
+    return f"{name}_{dbid}_{fnr}"
 
 
 class Settings(_Model):
@@ -652,6 +848,7 @@ class Settings(_Model):
     layouts: list[Layout] = Field(default_factory=list)
     object_store: ObjectStore = ObjectStore()
     maintenance: Maintenance = Maintenance()
+    alertmanager: Alertmanager = Alertmanager()
     base_dir: str = "."
 
     @model_validator(mode="after")
@@ -666,18 +863,64 @@ class Settings(_Model):
                                      "which no topics.outputs entry carries")
         return self
 
+    @field_validator("layouts")
+    @classmethod
+    def _layouts_bound(cls, value: list[Layout], info: ValidationInfo) -> list[Layout]:
+        return bind_layouts(value, info.data.get("subscriptions") or [])
+
     @model_validator(mode="after")
     def _layouts_known(self) -> Settings:
-        seen: set[str] = set()
-        names = {s.name for s in self.subscriptions}
+        seen: set[tuple[str, int, int]] = set()
         for lay in self.layouts:
-            if lay.subscription not in names:
-                raise ValueError(f"layout {lay.subscription}/{lay.fnr} names a subscription "
-                                 "the subscriptions section does not list")
-            if lay.table_suffix() in seen:
-                raise ValueError(f"layout {lay.subscription}/{lay.fnr} is given twice")
-            seen.add(lay.table_suffix())
+            where = f"layout {lay.subscription}/{lay.dbid}/{lay.fnr}"
+            sub = self.subscription(lay.subscription)
+            if sub is None:
+                raise ValueError(f"{where} names a subscription the subscriptions section "
+                                 "does not list")
+            if (lay.dbid, lay.fnr) not in sub.file_keys():
+                raise ValueError(f"{where}: subscription {sub.name} does not list database "
+                                 f"{lay.dbid} file {lay.fnr} in its files")
+            if (lay.subscription, lay.dbid, lay.fnr) in seen:
+                raise ValueError(f"{where} is given twice")
+            seen.add((lay.subscription, lay.dbid, lay.fnr))
         return self
+
+    @model_validator(mode="after")
+    def _typed_names_unique(self) -> Settings:
+        """No two files of any subscriptions may get one typed table name (``COLOR`` and
+        ``color``, or ``A`` file 4 of database 7 beside ``A_7`` file 4 of its primary)."""
+        owner: dict[str, str] = {}
+        for sub in self.subscriptions:
+            for dbid, fnr in sub.file_keys():
+                suffix = self.table_suffix(sub.name, dbid, fnr)
+                here = f"{sub.name}/{dbid}/{fnr}"
+                if suffix in owner:
+                    raise ValueError(f"subscription files {owner[suffix]} and {here} would "
+                                     f"both write the typed tables *_{suffix}: rename a "
+                                     "subscription")
+                owner[suffix] = here
+        return self
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None,
+                   deep: bool = False) -> Settings:
+        """A copy (pydantic's); new layouts or subscriptions are bound again, so every
+        layout's ``table_suffix`` knows its subscription's primary database."""
+        copy = super().model_copy(update=update, deep=deep)
+        if update and ("layouts" in update or "subscriptions" in update):
+            bound = bind_layouts(copy.layouts, copy.subscriptions)
+            copy = super(Settings, copy).model_copy(update={"layouts": bound})
+        return copy
+
+    def subscription(self, name: str) -> Subscription | None:
+        """The configured subscription of this name, None when conf lists none."""
+        return next((s for s in self.subscriptions if s.name == name), None)
+
+    def table_suffix(self, subscription: str, dbid: int, fnr: int) -> str:
+        """The typed tables' name suffix of a (subscription, dbid, fnr) of this conf
+        (``typed_table_suffix`` with the subscription's primary database): for files the
+        stream names, when no Layout is at hand."""
+        sub = self.subscription(subscription)
+        return typed_table_suffix(subscription, dbid, fnr, sub.dbid if sub else None)
 
     def location(self, value: str) -> str:
         """A location from conf: URIs (s3a://, abfss://, file:/) as given; relative paths
@@ -705,6 +948,14 @@ class Settings(_Model):
         """Topics the job subscribes to: the output topics, the reply and control topics."""
         return list(dict.fromkeys([*self.topics.outputs, self.topics.replies,
                                    self.topics.control]))
+
+
+def bind_layouts(layouts: Sequence[Layout],
+                 subscriptions: Sequence[Subscription]) -> list[Layout]:
+    """Each layout as a Settings holds it (``Layout.in_settings``): knowing the primary
+    database of its subscription (None for a subscription conf does not list)."""
+    primary = {s.name: s.dbid for s in subscriptions}
+    return [lay.in_settings(primary.get(lay.subscription)) for lay in layouts]
 
 
 class _DuplicateKey(yaml.YAMLError):

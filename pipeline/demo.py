@@ -144,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         stop_between_batches(query)
     report(spark, settings)
     spark.stop()
+    from pipeline.ops.monitoring import where
+
+    print("\n== on call: where the metrics, rules, dashboard and runbook are ==")
+    print("\n".join(f"  {line}" for line in where(settings)))
     return 0
 
 

@@ -4,7 +4,9 @@
 # resolved by Maven from jvm/*/pom.xml; and the routing scan's compiled library
 # (pipeline/urb/native), where rustc is installed.
 # Each step is skipped when its stamp is newer than its manifest. Usage: scripts/setup.sh [--tools]
-#   --tools  also install test tools from Debian (docker-compose, to validate docker-compose.yml)
+#   --tools  also install test tools from Debian: docker-compose (to validate docker-compose.yml),
+#            prometheus (promtool, and the server the e2e test scrapes the job with) and
+#            prometheus-alertmanager (amtool, and the Alertmanager the alert tests post to)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -62,6 +64,26 @@ if [ "${1:-}" = "--tools" ] && ! command -v docker-compose >/dev/null; then
       >/dev/null 2>&1 || say "warning: could not install docker-compose; its test will fail"
   else
     say "warning: docker-compose not installed (needs root + apt-get); its test will fail"
+  fi
+fi
+if [ "${1:-}" = "--tools" ] && ! { command -v promtool && command -v amtool \
+    && command -v prometheus && command -v prometheus-alertmanager; } >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing prometheus and prometheus-alertmanager (Debian) for the monitoring tests"
+    # Their packages would start both services (Prometheus on 9090, Alertmanager on 9093: the
+    # demo broker's controller port); a policy-rc.d that refuses keeps them from starting.
+    made_policy=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+      made_policy=1
+    fi
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends prometheus prometheus-alertmanager) >/dev/null 2>&1 \
+      || say "warning: could not install prometheus/prometheus-alertmanager; their tests will fail"
+    [ -z "$made_policy" ] || rm -f /usr/sbin/policy-rc.d
+  else
+    say "warning: prometheus/prometheus-alertmanager not installed (needs root + apt-get); the" \
+        "monitoring tests will fail"
   fi
 fi
 say "ready"

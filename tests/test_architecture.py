@@ -30,7 +30,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("pipeline.reassembly",),
     # settings (and the Kafka/object-store settings they carry)
     ("pipeline.config", "pipeline.kafka_security", "pipeline.kafka_refusal",
-     "pipeline.objectstore"),
+     "pipeline.objectstore", "pipeline.alertmanager"),
     # engine-free typed-table rules, and the replicator simulator
     ("pipeline.typed", "pipeline.sim"),
     # Spark: landing the raw tables, then the typed ones, then the engine that wires them

@@ -81,7 +81,7 @@ def test_subscription_destination_must_be_carried_by_a_topic(tmp_path: Path) -> 
 
 def test_layout_field_range_and_variable_fields_from_yaml(tmp_path: Path) -> None:
     """A conf FDT keeps the order it is written in: a field range follows it."""
-    text = ("layouts:\n  - subscription: COLOR\n    dbid: 10006\n    fnr: 9\n"
+    text = ("layouts:\n  - subscription: COLOR\n    dbid: 10006\n    fnr: 4\n"
             "    format_buffer: 'AA,AE-AB.'\n"
             "    fdt: {AA: '8,A', AE: '0,A,LA', AD: '4,P,2', AB: '2,B'}\n")
     layout = load_settings(_write(tmp_path, text), env={}).layouts[0].conf_layout()

@@ -12,8 +12,10 @@ truth is the query's checkpoint. The format relied on (Spark 3.x/4.x, ``OffsetSe
   wrote everything).
 
 Processed offsets are those of the newest batch that has both files; a batch with an offsets
-file but no commit is in flight and not counted. Only checkpoints on a local (or mounted) file
-system are read; for object stores the lag in messages is reported as unknown.
+file but no commit is in flight and not counted. A checkpoint on a local (or mounted) file
+system is read directly, one on ``s3a://`` through the conf's ``object_store`` (pyarrow's S3
+file system: two listings of at most Spark's retained batches, one small file); any other
+scheme is reported as unknown.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from pipeline.objectstore import S3Access, is_object_store, pyarrow_path
 
 OFFSET_LOG_VERSION = "v1"
 
@@ -59,17 +64,39 @@ def parse_offsets_file(text: str) -> tuple[int | None, dict[str, dict[int, int]]
     return meta.get("batchTimestampMs"), offsets
 
 
-def processed_offsets(checkpoint: str) -> CheckpointOffsets | None:
-    """The newest completed batch's offsets, or None (no checkpoint, remote, nothing done)."""
-    if "://" in checkpoint and not checkpoint.startswith("file:"):
+def _store_batch_ids(fs: Any, folder: str) -> set[int]:
+    from pyarrow.fs import FileSelector
+
+    found = fs.get_file_info(FileSelector(folder, allow_not_found=True))
+    return {int(i.base_name) for i in found if i.base_name.isdigit()}
+
+
+def processed_offsets(checkpoint: str, store: S3Access | None = None
+                      ) -> CheckpointOffsets | None:
+    """The newest completed batch's offsets, or None (no checkpoint, another scheme, nothing
+    done). ``store``: the object store of an ``s3a://`` checkpoint."""
+    if is_object_store(checkpoint) and store is not None:
+        fs, root = store.filesystem(), pyarrow_path(checkpoint)
+        done = _store_batch_ids(fs, f"{root}/offsets") & _store_batch_ids(fs, f"{root}/commits")
+        if not done:
+            return None
+
+        def read(batch: int) -> str:
+            with fs.open_input_stream(f"{root}/offsets/{batch}") as stream:
+                return stream.read().decode()
+    elif "://" in checkpoint and not checkpoint.startswith("file:"):
         return None
-    root = Path(checkpoint.removeprefix("file://").removeprefix("file:"))
-    done = _batch_ids(root / "offsets") & _batch_ids(root / "commits")
-    if not done:
-        return None
+    else:
+        local = Path(checkpoint.removeprefix("file://").removeprefix("file:"))
+        done = _batch_ids(local / "offsets") & _batch_ids(local / "commits")
+        if not done:
+            return None
+
+        def read(batch: int) -> str:
+            return (local / "offsets" / str(batch)).read_text()
     batch = max(done)
     try:
-        stamp, offsets = parse_offsets_file((root / "offsets" / str(batch)).read_text())
+        stamp, offsets = parse_offsets_file(read(batch))
     except (OSError, ValueError):
         return None
     return CheckpointOffsets(batch, stamp, offsets)

@@ -24,16 +24,18 @@ from pipeline.config import ConfigError, Settings, load_settings
 from pipeline.errors import BrokerUnreachable, OpsError, UsageError
 
 INTERNAL_ERROR = 4
+CLOSED_PIPE = 141  # standard output closed by its reader (`| head`): 128 + SIGPIPE
 EXIT_CODES = f"""exit codes:
   {errors.OK}  ok
   {errors.PROBLEMS}  found problems (open or unacknowledged gaps, an error reply or no reply,
      quarantined messages pending or still failing, failed or overdue INST requests, a
-     table maintain skipped for a conflict or an error)
+     table maintain skipped for a conflict or an error, a stale file)
   {errors.USAGE}  usage or conf error
   {errors.UNREACHABLE}  broker or lake unreachable
   {INTERNAL_ERROR}  internal error (a bug: rerun with URBPIPE_DEBUG=1 and report it)
   {errors.REFUSED}  Kafka refused us: authentication failed, TLS handshake failed, or an ACL
-     is missing"""
+     is missing
+  {CLOSED_PIPE}  standard output closed by its reader (e.g. | head): nothing more printed"""
 _RELATIVE = re.compile(r"^(\d+)\s*([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
@@ -59,6 +61,7 @@ def _print_json(value: Any) -> None:
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.ops.kafka_offsets import message_times
     from pipeline.ops.lake import Lake
     from pipeline.ops.status import build_report, format_report, source_end_offsets
 
@@ -70,9 +73,11 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
             ends = source_end_offsets(settings, timeout=args.kafka_timeout)
         except BrokerUnreachable as exc:
             broker_error = str(exc)
-    metrics = args.metrics_file or settings.location(".run/metrics.jsonl")
-    report = build_report(settings, lake, end_offsets=ends, metrics_path=metrics,
-                          broker_error=broker_error)
+    metrics = args.metrics_file or settings.location(settings.stream.metrics_file)
+    report = build_report(
+        settings, lake, end_offsets=ends, metrics_path=metrics, broker_error=broker_error,
+        message_times=None if ends is None else
+        lambda waiting: message_times(settings, waiting, args.kafka_timeout))
     if args.json:
         _print_json(report.as_dict())
     else:
@@ -141,6 +146,18 @@ def cmd_gaps_ack(args: argparse.Namespace, settings: Settings) -> int:
     gap = acknowledge(lake, args.gap, args.by, args.note)
     print(f"acknowledged {gap.ref} ({gap.state}, tsnr {gap.row['from_tsnr']}-"
           f"{gap.row['to_tsnr']}) by {args.by}")
+    if not settings.alertmanager.url:
+        return errors.OK
+    from pipeline.alertmanager import AlertmanagerOut, gap_resolved
+
+    pager = AlertmanagerOut(settings)
+    if pager.post([gap_resolved(settings, gap.row, gap.ack.at if gap.ack else
+                                datetime.now(UTC))]):
+        print(f"error: the acknowledgement is recorded, but Alertmanager "
+              f"{settings.alertmanager.url} did not take the resolved alert ({pager.error}): "
+              "it stays firing until its endsAt; run gaps ack again", file=sys.stderr)
+        return errors.UNREACHABLE
+    print(f"resolved its alert in Alertmanager {settings.alertmanager.url}")
     return errors.OK
 
 
@@ -192,7 +209,21 @@ def cmd_quarantine_list(args: argparse.Namespace, settings: Settings) -> int:
         _print_json(rows)
     else:
         print(format_entries(rows))
-    return errors.PROBLEMS if any(r["replayed_at"] is None for r in rows) else errors.OK
+    pending = [r for r in rows if r["replayed_at"] is None and r["acked_by"] is None]
+    return errors.PROBLEMS if pending else errors.OK
+
+
+def cmd_quarantine_ack(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.ops.lake import Lake
+    from pipeline.ops.quarantine_cmd import acknowledge
+
+    lake = Lake(settings)
+    lake.require()
+    done = acknowledge(lake, args.rows, args.by, args.note, everything=args.all,
+                       since=args.since, source=args.source)
+    print(f"acknowledged {len(done)} quarantine row(s) by {args.by}"
+          + ("" if done else " (none pending)"))
+    return errors.OK
 
 
 def cmd_quarantine_replay(args: argparse.Namespace, settings: Settings) -> int:
@@ -209,6 +240,20 @@ def cmd_quarantine_replay(args: argparse.Namespace, settings: Settings) -> int:
         for f in report.failures[:20]:
             print(f"  still failing {f['topic']}[{f['partition']}]@{f['offset']}: {f['error']}")
     return errors.PROBLEMS if report.still_failing else errors.OK
+
+
+def cmd_files(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.ops.files_cmd import format_files, load_files
+    from pipeline.ops.lake import Lake
+
+    lake = Lake(settings)
+    lake.require()
+    files = load_files(settings, lake)
+    if args.json:
+        _print_json([f.as_dict() for f in files])
+    else:
+        print(format_files(files))
+    return errors.PROBLEMS if any(f.is_problem for f in files) else errors.OK
 
 
 def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
@@ -377,25 +422,30 @@ def build_parser() -> argparse.ArgumentParser:
         prog="urbpipe",
         description="Operate the Event Replicator → Kafka → Spark → Delta pipeline: status, "
                     "requests to the replicator, gaps, initial-state requests, quarantine, "
-                    "lake maintenance, message dumps.",
+                    "files, lake maintenance, message dumps. When something pages: "
+                    "docs/runbook.md.",
         epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _conf_option(parser, top=True)
     subs = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = _sub(subs, "status", "per destination/subscription: landed tsnr, gaps, lag, state",
-             "Per (destination, subscription): newest epoch and landed tsnr, open gaps and "
-             "their states, Kafka lag in messages (topic end offsets vs. the newest completed "
-             "batch in the query checkpoint) and in seconds (now - newest landed commit time), "
-             "the last status event; the partition count of every topic the job reads (more "
-             "than one is a problem: the job refuses to start); and the state size from the "
-             "job's metrics file. Reads Delta without Spark.", cmd_status)
+    p = _sub(subs, "status", "per destination/subscription: up to date, idle or behind; gaps",
+             "Per (destination, subscription): up to date (nothing waiting on its topic), "
+             "idle (nothing waiting, and the replicator's STAT answer said it sent nothing "
+             "since), or behind by N messages / S seconds (topic end offsets vs. the newest "
+             "completed batch in the query checkpoint; S: how long the oldest waiting message "
+             "has waited, by its Kafka time stamp); the newest epoch and landed tsnr, its "
+             "commit time and age (freshness), open gaps and their states, the last status "
+             "event; the partition count of every topic the job reads (more than one is a "
+             "problem: the job refuses to start); and the state size from the job's metrics "
+             "file. Reads a few files of the Delta tables (chosen by their log's statistics), "
+             "not whole tables, without Spark.", cmd_status)
     _json_option(p)
     p.add_argument("--no-kafka", action="store_true",
                    help="do not ask the broker (lag and partition counts unknown)")
     p.add_argument("--kafka-timeout", type=float, default=5.0,
                    help="seconds to wait for the broker (default 5)")
     p.add_argument("--metrics-file", help="the job's metrics JSON lines "
-                                          "(default .run/metrics.jsonl under the project)")
+                                          "(default: stream.metrics_file)")
 
     _request_parsers(subs)
 
@@ -409,7 +459,9 @@ def build_parser() -> argparse.ArgumentParser:
     _json_option(p)
     p = _sub(gsub, "ack", "acknowledge a gap (recorded in the gap_acks Delta table)",
              "Record who acknowledged a gap and why, in the gap_acks Delta table next to the "
-             "job's tables.", cmd_gaps_ack)
+             "job's tables; with alertmanager.url in conf, resolve the gap's alert there too. "
+             "What to do about the lost transactions before: docs/runbook.md, "
+             "\"gap_unrecoverable\".", cmd_gaps_ack)
     p.add_argument("gap", metavar="GAP_ID",
                    help="DEST/SUBSCRIPTION/EPOCH:TSNR as gaps list shows it (or the bare "
                         "EPOCH:TSNR when unambiguous)")
@@ -446,11 +498,28 @@ def build_parser() -> argparse.ArgumentParser:
                   "Messages the job could not process.")
     since = {"type": parse_since, "metavar": "WHEN",
              "help": "only rows quarantined since WHEN (ISO time, or 30m, 2h, 1d ago)"}
-    p = _sub(qsub, "list", "quarantined messages not yet replayed (--all: also replayed)",
-             "List quarantine rows; exit 1 when any is pending.", cmd_quarantine_list)
-    p.add_argument("--all", action="store_true", help="also rows already replayed")
+    p = _sub(qsub, "list", "pending quarantine rows (--all: also replayed and acknowledged)",
+             "List quarantine rows; exit 1 when any is pending (neither replayed nor "
+             "acknowledged).", cmd_quarantine_list)
+    p.add_argument("--all", action="store_true",
+                   help="also rows replayed or acknowledged (kept for audit)")
     p.add_argument("--since", **since)
     _json_option(p)
+    p = _sub(qsub, "ack", "acknowledge reviewed rows: they stop counting as pending",
+             "Record who reviewed quarantine rows and what was decided (the quarantine_acks "
+             "Delta table next to the job's tables): they stop counting as pending (list exits "
+             "0 once nothing else is), and stay in quarantine for audit (list --all shows "
+             "the acknowledgement). Name the rows as list shows them (topic[partition]@offset, "
+             "every row of that record), or --all for every pending row, narrowed by --since "
+             "and --source. Example: urbpipe quarantine ack 'urb.out1[0]@1234' --by alice "
+             "--note 'test message from the connector team'", cmd_quarantine_ack)
+    p.add_argument("rows", nargs="*", metavar="TOPIC[PARTITION]@OFFSET")
+    p.add_argument("--all", action="store_true", help="every pending row (with the filters)")
+    p.add_argument("--since", **since)
+    p.add_argument("--source", help="only rows of this source (decode, decode_warning, "
+                                    "reassembly, gfft, payload)")
+    p.add_argument("--by", required=True, help="who reviewed them")
+    p.add_argument("--note", help="what was decided, and why")
     p = _sub(qsub, "replay", "re-decode quarantined messages; re-produce those that decode now",
              "Re-decode the raw bytes of quarantined messages with the current codec and "
              "re-produce the ones that now decode to their original topic (headers "
@@ -460,6 +529,16 @@ def build_parser() -> argparse.ArgumentParser:
              cmd_quarantine_replay)
     p.add_argument("--since", **since)
     p.add_argument("--dry-run", action="store_true", help="re-decode and report, send nothing")
+    _json_option(p)
+
+    p = _sub(subs, "files", "each Adabas file: active or stale, truncated, layout version",
+             "Per file (dbid/fnr): its status from the file_status table — active, stale "
+             "(the utility or event that made it so, since when: a load, a lost utility …), "
+             "dropped —, the truncate cut-off (changes older predate a refresh/define), and "
+             "the layout its typed tables are decoded with: the newest GFFT version the "
+             "replicator sent (layouts table) and/or the conf's format buffer. Exit 1 when a "
+             "file is stale (docs/runbook.md, UrbpipeFileStale). Reads Delta without Spark.",
+             cmd_files)
     _json_option(p)
 
     p = _sub(subs, "maintain", "compact, vacuum and checkpoint the job's Delta tables",
@@ -514,10 +593,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
+    except BrokenPipeError:  # `urbpipe … | head`: the reader has all it wanted
+        return _closed_pipe()
     except Exception as exc:  # one line for operators, never a traceback
         if os.environ.get("URBPIPE_DEBUG"):
             traceback.print_exc()
         return _fail(f"internal error: {type(exc).__name__}: {exc}", INTERNAL_ERROR)
+
+
+def _closed_pipe() -> int:
+    """Leave quietly when standard output's reader went away: what is still buffered goes
+    to /dev/null (Python would report its flush at exit), exit 141 like a program that
+    SIGPIPE ended (128 + 13)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return CLOSED_PIPE
 
 
 def _try_settings() -> Settings | None:

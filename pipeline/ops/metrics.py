@@ -5,12 +5,15 @@ gaps or duplicates; the job's foreachBatch sink knows those. Both feed one
 :class:`MetricsListener`: the sink calls :meth:`MetricsListener.record_batch_counts` (and, if it
 measured them, :meth:`MetricsListener.record_batch_latency`) during the batch, and Spark's
 listener bus calls ``onQueryProgress`` after it; the listener joins them by batch id and emits
-one record per batch:
+one record per batch. The sink also hands over the state calls' metrics rows
+(:meth:`MetricsListener.record_batch_keys`: per key, what ``pipeline.spark.engine.key_gauges``
+found), summed per (destination, subscription) into the record's ``keys``; Spark's progress
+adds each source topic's offsets behind its end (``input_lag``). The record:
 
 - appended as one JSON line to ``jsonl_path`` (``urbpipe status`` reads the newest for the
   state size; benchmarks and soak runs read the whole file);
-- exported on a Prometheus endpoint when a port is given (gauges of the newest batch, counters
-  of the running totals);
+- exported on a Prometheus endpoint when a port is given (``pipeline.ops.prometheus``: the
+  catalogue of metrics, per destination, subscription and file where they apply);
 - returned by :func:`format_progress` as a one-line live summary for the demo.
 
 Latency is decomposed the way the replicator documentation explains its timestamps (seed
@@ -38,6 +41,7 @@ from typing import Any
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from pipeline.config import Settings
+from pipeline.ops.prometheus import JobView, PrometheusExporter, job_view
 
 DEFAULT_JSONL = ".run/metrics.jsonl"
 COUNT_NAMES = ("transactions", "records", "bytes", "duplicates", "open_gaps")
@@ -133,6 +137,62 @@ def batch_record(progress: Any, counts: Mapping[str, int],
     return record
 
 
+#: A key's counts summed over the calls of one batch, and the mappings merged by sum.
+_SUMMED = ("bytes", "duplicates")
+_MERGED = ("alert_kinds", "gap_rows", "quarantine_sources", "request_kinds")
+#: A key's gauges: its newest call's.
+_GAUGES = ("gap_states", "oldest_gap_ms", "outstanding", "storm", "idle")
+
+
+def key_totals(stats: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The state calls' metrics rows of one batch per (destination, subscription): landed
+    transactions, bytes, duplicates and rows by kind summed, the newest commit per file, and
+    the key's gauges as its last call left them; values that are 0 or empty are left out."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in stats:
+        key = (row["destination"], row["subscription"])
+        have = out.setdefault(key, {"destination": key[0], "subscription": key[1],
+                                    "transactions": 0, **dict.fromkeys(_SUMMED, 0),
+                                    **{name: {} for name in _MERGED}, "file_commits_us": {}})
+        have["transactions"] += len(row.get("times_us") or ())
+        for name in _SUMMED:
+            have[name] += int(row.get(name) or 0)
+        for name in _MERGED:
+            for part, n in (row.get(name) or {}).items():
+                have[name][part] = have[name].get(part, 0) + int(n)
+        for name, commit in (row.get("file_commits_us") or {}).items():
+            have["file_commits_us"][name] = max(have["file_commits_us"].get(name, commit), commit)
+        have.update({name: row[name] for name in _GAUGES if name in row})
+    # only what is not zero or empty: a line per batch in the metrics file, per busy key
+    return [{k: v for k, v in out[key].items() if v or k in ("destination", "subscription")}
+            for key in sorted(out)]
+
+
+def _offsets(value: Any) -> dict[str, dict[str, int]]:
+    """A Kafka source's offsets as its progress gives them (JSON text or a mapping)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
+def input_lag(progress: Any) -> dict[str, int]:
+    """Messages behind each topic's end after the batch: Spark's Kafka source reports the
+    latest offsets it saw beside the batch's end offsets (per partition; summed per topic)."""
+    out: dict[str, int] = {}
+    for source in getattr(progress, "sources", None) or ():
+        end = _offsets(getattr(source, "endOffset", None))
+        for topic, parts in _offsets(getattr(source, "latestOffset", None)).items():
+            if not isinstance(parts, dict):
+                continue
+            done = end.get(topic) or {}
+            out[topic] = out.get(topic, 0) + sum(max(0, int(o) - int(done.get(p, o)))
+                                                 for p, o in parts.items())
+    return out
+
+
 def _finite(value: Any) -> float | None:
     if value is None:
         return None
@@ -156,94 +216,32 @@ def format_progress(record: Mapping[str, Any]) -> str:
     return " | ".join(parts)
 
 
-def read_last_record(path: str | Path) -> dict[str, Any] | None:
-    """The newest record of a metrics file, or None (missing, empty, unreadable)."""
-    p = Path(path)
+def read_recent_records(path: str | Path, tail_bytes: int = 1 << 20) -> list[dict[str, Any]]:
+    """The records in the last ``tail_bytes`` of a metrics file, oldest first (none when it
+    is missing or unreadable): bounded, however long the job ran."""
     try:
-        with p.open("rb") as fh:
+        with Path(path).open("rb") as fh:
             fh.seek(0, 2)
             size = fh.tell()
-            fh.seek(max(0, size - 65536))
+            fh.seek(max(0, size - tail_bytes))
             lines = fh.read().decode("utf-8", "replace").splitlines()
     except OSError:
-        return None
-    for line in reversed(lines):
+        return []
+    out = []
+    for line in lines:
         try:
-            return json.loads(line)
+            record = json.loads(line)
         except ValueError:
-            continue
-    return None
+            continue  # the first line of the tail may be cut
+        if isinstance(record, dict):
+            out.append(record)
+    return out
 
 
-class PrometheusExporter:
-    """The newest batch as gauges and running totals as counters, on its own registry."""
-
-    def __init__(self, port: int, addr: str = "127.0.0.1") -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
-
-        self.registry = CollectorRegistry()
-        g = {"messages": "Kafka messages in the last batch",
-             "duration_seconds": "Duration of the last batch",
-             "processed_rows_per_second": "Rows processed per second in the last batch",
-             "state_rows": "Rows in the state store after the last batch",
-             "state_memory_bytes": "State store memory after the last batch",
-             "open_gaps": "Open gaps after the last batch",
-             "last_batch_id": "Id of the last batch"}
-        self.gauges = {k: Gauge(f"urbpipe_batch_{k}", doc, registry=self.registry)
-                       for k, doc in g.items()}
-        self.totals = {k: Counter(f"urbpipe_{k}", f"{k} landed since the job started",
-                                  registry=self.registry)
-                       for k in ("messages", "transactions", "records", "bytes", "duplicates")}
-        self.latency = Gauge("urbpipe_latency_seconds", "Latency leg of the last batch",
-                             ["leg", "quantile"], registry=self.registry)
-        # in-job maintenance (pipeline/spark/land/maintenance.py, InJobMaintenance)
-        self.table_files = Gauge("urbpipe_table_files",
-                                 "Data files of a table after the job last compacted it",
-                                 ["table"], registry=self.registry)
-        self.maintenance = {
-            "maint_last_round_at": Gauge("urbpipe_maintenance_last_round_timestamp_seconds",
-                                         "When the job's last maintenance round ended",
-                                         registry=self.registry),
-            "maint_round_ms": Gauge("urbpipe_maintenance_round_seconds",
-                                    "How long the job's last maintenance round took",
-                                    registry=self.registry)}
-        self.maintenance_skipped = Counter(
-            "urbpipe_maintenance_skipped", "Tables whose compaction was skipped (a concurrent "
-            "commit won, an error) since the job started", registry=self.registry)
-        self.server, self.thread = start_http_server(port, addr=addr, registry=self.registry)
-        self.port = int(self.server.server_port)
-
-    def observe(self, record: Mapping[str, Any]) -> None:
-        gauge_values = {"messages": record["messages"],
-                        "duration_seconds": record["duration_ms"] / 1000,
-                        "processed_rows_per_second": record.get("processed_rows_per_s") or 0,
-                        "state_rows": record["state_rows"],
-                        "state_memory_bytes": record["state_memory_bytes"],
-                        "open_gaps": record.get("open_gaps", 0),
-                        "last_batch_id": record["batch_id"]}
-        for name, value in gauge_values.items():
-            self.gauges[name].set(value)
-        for name, counter in self.totals.items():
-            counter.inc(max(0, int(record.get(name, 0))))
-        for leg, values in (record.get("latency_s") or {}).items():
-            for q in ("p50", "p99"):
-                self.latency.labels(leg, q).set(values[q])
-        self.observe_maintenance(record.get("counts") or {})
-
-    def observe_maintenance(self, counts: Mapping[str, int]) -> None:
-        """The batch's maintenance counts: files per compacted table, the round's end and
-        duration, skipped tables (gauges keep their last value between rounds)."""
-        for key, value in counts.items():
-            if key.startswith("files:"):
-                self.table_files.labels(key.removeprefix("files:")).set(value)
-        if "maint_last_round_at" in counts:
-            self.maintenance["maint_last_round_at"].set(counts["maint_last_round_at"])
-            self.maintenance["maint_round_ms"].set(counts.get("maint_round_ms", 0) / 1000)
-        self.maintenance_skipped.inc(max(0, int(counts.get("maint_skipped", 0))))
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+def read_last_record(path: str | Path) -> dict[str, Any] | None:
+    """The newest record of a metrics file, or None (missing, empty, unreadable)."""
+    records = read_recent_records(path, 65536)
+    return records[-1] if records else None
 
 
 class MetricsListener(StreamingQueryListener):
@@ -251,7 +249,8 @@ class MetricsListener(StreamingQueryListener):
 
     def __init__(self, jsonl_path: str | Path = DEFAULT_JSONL, *,
                  prometheus_port: int | None = None, query_name: str | None = None,
-                 keep_last: int = 100) -> None:
+                 keep_last: int = 100, prometheus_address: str = "127.0.0.1",
+                 view: JobView | None = None) -> None:
         super().__init__()
         self.jsonl_path = Path(jsonl_path)
         self.jsonl_path.parent.mkdir(parents=True, exist_ok=True)
@@ -261,10 +260,11 @@ class MetricsListener(StreamingQueryListener):
         self._counts: OrderedDict[int, dict[str, int]] = OrderedDict()
         self._open_gaps = 0
         self._latency: dict[int, dict[str, dict[str, float]]] = {}
+        self._keys: dict[int, list[dict[str, Any]]] = {}
         self._records: list[dict[str, Any]] = []
         self._keep_last = keep_last
-        self.prometheus = PrometheusExporter(prometheus_port) if prometheus_port is not None \
-            else None
+        self.prometheus = PrometheusExporter(prometheus_port, prometheus_address, view) \
+            if prometheus_port is not None else None
 
     # -- called by the job's foreachBatch sink -----------------------------------------------
 
@@ -284,12 +284,18 @@ class MetricsListener(StreamingQueryListener):
             while len(self._counts) > _PENDING_LIMIT:
                 dropped, _ = self._counts.popitem(last=False)
                 self._latency.pop(dropped, None)
+                self._keys.pop(dropped, None)
 
     def record_batch_latency(self, batch_id: int,
                              breakdown: Mapping[str, Mapping[str, float]]) -> None:
         """A :func:`latency_breakdown` of the transactions the sink landed in ``batch_id``."""
         with self._lock:
             self._latency[int(batch_id)] = {k: dict(v) for k, v in breakdown.items()}
+
+    def record_batch_keys(self, batch_id: int, stats: list[dict[str, Any]]) -> None:
+        """The state calls' metrics rows of ``batch_id`` (``key_totals`` of them)."""
+        with self._lock:
+            self._keys[int(batch_id)] = key_totals(stats)
 
     # -- Spark listener bus ------------------------------------------------------------------
 
@@ -318,6 +324,7 @@ class MetricsListener(StreamingQueryListener):
         with self._lock:
             counts = self._counts.pop(batch_id, {})
             latency = self._latency.pop(batch_id, None)
+            keys = self._keys.pop(batch_id, [])
             # Open gaps are a level, not a per-batch count: a batch the sink did not run (no
             # data, no timer) keeps the last known value.
             if "open_gaps" in counts:
@@ -326,6 +333,8 @@ class MetricsListener(StreamingQueryListener):
                 counts = {**counts, "open_gaps": self._open_gaps}
         record = batch_record(progress, counts, latency)
         record["recorded_at"] = time.time()
+        record["input_lag"] = input_lag(progress)
+        record["keys"] = keys
         line = json.dumps(record, sort_keys=True, default=str)
         with self._lock:
             with self.jsonl_path.open("a", encoding="utf-8") as fh:
@@ -354,11 +363,13 @@ class MetricsListener(StreamingQueryListener):
 
 
 def attach_metrics(spark: Any, *, jsonl_path: str | Path = DEFAULT_JSONL,
-                   prometheus_port: int | None = None,
-                   query_name: str | None = None) -> MetricsListener:
+                   prometheus_port: int | None = None, query_name: str | None = None,
+                   prometheus_address: str = "127.0.0.1",
+                   view: JobView | None = None) -> MetricsListener:
     """Create a listener and register it on ``spark.streams`` (before ``start_stream``)."""
     listener = MetricsListener(jsonl_path, prometheus_port=prometheus_port,
-                               query_name=query_name)
+                               query_name=query_name, prometheus_address=prometheus_address,
+                               view=view)
     spark.streams.addListener(listener)
     return listener
 
@@ -376,6 +387,9 @@ class JobMetrics:
     def batch_latency(self, batch_id: int, times: list[tuple[int | None, ...]]) -> None:
         self.listener.record_batch_latency(batch_id, latency_breakdown_us(times))
 
+    def batch_keys(self, batch_id: int, stats: list[dict[str, Any]]) -> None:
+        self.listener.record_batch_keys(batch_id, stats)
+
     def started(self, query: Any) -> None:
         """Only this query's progress counts from now on."""
         self.listener.query_name = query.name
@@ -384,6 +398,21 @@ class JobMetrics:
 
 def job_metrics(spark: Any, settings: Settings) -> JobMetrics:
     """The listener the job runs with (JSON lines in ``stream.metrics_file``, Prometheus on
-    ``stream.prometheus_port``): pass it to ``start_stream(..., observe=job_metrics)``."""
-    return JobMetrics(attach_metrics(spark, jsonl_path=settings.location(
-        settings.stream.metrics_file), prometheus_port=settings.stream.prometheus_port))
+    ``stream.prometheus_address``:``stream.prometheus_port``): pass it to
+    ``start_stream(..., observe=job_metrics)``. With Prometheus, each file's staleness is
+    read from ``file_status`` once (a restart must not show a stale file as fresh)."""
+    port = settings.stream.prometheus_port
+    view = job_view(settings, stale=stale_files(spark, settings)) if port is not None else None
+    return JobMetrics(attach_metrics(
+        spark, jsonl_path=settings.location(settings.stream.metrics_file), prometheus_port=port,
+        prometheus_address=settings.stream.prometheus_address, view=view))
+
+
+def stale_files(spark: Any, settings: Settings) -> dict[tuple[int, int], bool]:
+    """Each file's staleness by its latest ``file_status`` row (the table exists: the job
+    made its tables before)."""
+    from pipeline.spark.typed.file_status import previous_status
+    from pipeline.typed.lifecycle import FileState
+
+    return {key: status.status is FileState.STALE
+            for key, status in previous_status(spark, settings).items()}

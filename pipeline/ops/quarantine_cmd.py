@@ -12,6 +12,11 @@ Which records were replayed is kept in the ops-owned Delta table ``quarantine_re
 ``list`` can show what is still pending. Only ``decode`` rows are replayable: ``decode_warning``
 rows belong to messages the job did process, and ``reassembly`` rows (broken counts or
 continuity) carry no raw message and need the replicator to resend instead.
+
+A row an operator has reviewed and decided about is acknowledged (``ack``, the ops-owned
+table ``quarantine_acks``: who, when, why): it stops counting as pending, so ``list`` (and a
+monitor built on its exit code) pages only for new rows; the quarantine row itself is kept for
+audit, and ``list --all`` shows it with its acknowledgement.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline.config import Settings
+from pipeline.errors import UsageError
 from pipeline.kafka_refusal import ClientErrors
 from pipeline.ops import kafka_clients
 from pipeline.ops.lake import Lake
@@ -33,6 +39,16 @@ REPLAYS_SCHEMA = pa.schema([
     pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
     pa.field("offset", pa.int64()), pa.field("replayed_at", pa.timestamp("us", tz="UTC")),
     pa.field("new_partition", pa.int32()), pa.field("new_offset", pa.int64())])
+ACKS_TABLE = "quarantine_acks"
+#: What identifies a quarantine row (a Kafka record may have several: a decode warning and a
+#: reassembly finding), then who acknowledged it, when and why.
+_IDENTITY = ("source", "subscription", "tsnr", "topic", "partition", "offset", "quarantined_at")
+ACKS_SCHEMA = pa.schema([
+    pa.field("source", pa.string()), pa.field("subscription", pa.string()),
+    pa.field("tsnr", pa.int64()), pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()), pa.field("offset", pa.int64()),
+    pa.field("quarantined_at", pa.timestamp("us", tz="UTC")), pa.field("acked_by", pa.string()),
+    pa.field("note", pa.string()), pa.field("acked_at", pa.timestamp("us", tz="UTC"))])
 REPLAY_HEADER = "urbpipe-replay"
 REPLAY_OF_HEADER = "urbpipe-replay-of"
 REPLAYABLE_SOURCE = "decode"
@@ -49,16 +65,38 @@ def replayed_coordinates(lake: Lake) -> dict[tuple[str, int, int], datetime]:
     return {_coords(r): r["replayed_at"] for r in rows}
 
 
+def _identity(row: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(row.get(name) for name in _IDENTITY)
+
+
+def acknowledgements(lake: Lake) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The newest acknowledgement of each acknowledged quarantine row."""
+    rows = sorted(lake.read(ACKS_TABLE, schema=ACKS_SCHEMA).to_pylist(),
+                  key=lambda r: r["acked_at"])
+    return {_identity(r): r for r in rows}
+
+
+def ref(row: dict[str, Any]) -> str:
+    """How ``list`` names a row's Kafka record and ``ack`` takes it: topic[partition]@offset."""
+    return f"{row['topic']}[{row['partition']}]@{row['offset']}"
+
+
 def list_entries(lake: Lake, *, include_replayed: bool = False,
                  since: datetime | None = None) -> list[dict[str, Any]]:
-    """Quarantine rows (without raw bytes), oldest first, each with ``replayed_at``."""
+    """Quarantine rows (without raw bytes), oldest first, each with ``replayed_at`` and its
+    acknowledgement (``acked_by``, ``acked_at``, ``ack_note``); pending ones only (neither
+    replayed nor acknowledged) unless ``include_replayed``."""
     replayed = replayed_coordinates(lake)
+    acked = acknowledgements(lake)
     out = []
     for row in lake.read("quarantine", _LIST_COLUMNS).to_pylist():
         if since and (row["quarantined_at"] is None or row["quarantined_at"] < since):
             continue
         row["replayed_at"] = replayed.get(_coords(row)) if row["topic"] is not None else None
-        if row["replayed_at"] is None or include_replayed:
+        ack = acked.get(_identity(row)) or {}
+        row.update(acked_by=ack.get("acked_by"), acked_at=ack.get("acked_at"),
+                   ack_note=ack.get("note"))
+        if (row["replayed_at"] is None and row["acked_by"] is None) or include_replayed:
             out.append(row)
     return sorted(out, key=lambda r: (r["quarantined_at"] or datetime.min.replace(tzinfo=UTC),
                                       r["topic"] or "", r["partition"] or 0, r["offset"] or 0))
@@ -71,9 +109,39 @@ def format_entries(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         when = r["quarantined_at"].strftime("%Y-%m-%d %H:%M:%S") if r["quarantined_at"] else "?"
         done = "  [replayed]" if r.get("replayed_at") else ""
-        lines.append(f"{when} {r['source']:<14} {r['topic']}[{r['partition']}]@{r['offset']} "
+        if r.get("acked_by"):
+            done += f"  [acknowledged by {r['acked_by']}" + (
+                f": {r['ack_note']}]" if r.get("ack_note") else "]")
+        lines.append(f"{when} {r['source']:<14} {ref(r)} "
                      f"{r['destination'] or ''}/{r['subscription'] or ''}: {r['reason']}{done}")
     return "\n".join(lines)
+
+
+def acknowledge(lake: Lake, refs: list[str], by: str, note: str | None, *,
+                everything: bool = False, since: datetime | None = None,
+                source: str | None = None, now: datetime | None = None) -> list[dict[str, Any]]:
+    """Acknowledge the pending rows named by ``refs`` (topic[partition]@offset: every row of
+    that record), or every pending row (``everything``), within ``since`` and ``source``;
+    the rows acknowledged. A ref that names no pending row is a usage error (a typo must not
+    be recorded as a review)."""
+    if not by.strip():
+        raise UsageError("--by must name who acknowledges")
+    if bool(refs) == everything:
+        raise UsageError("name the rows (topic[partition]@offset as list shows them) or give "
+                         "--all, not both")
+    pending = [r for r in list_entries(lake, since=since)
+               if source is None or r["source"] == source]
+    chosen = pending if everything else [r for r in pending if ref(r) in refs]
+    unknown = sorted(set(refs) - {ref(r) for r in chosen})
+    if unknown:
+        raise UsageError(f"no pending quarantine row {', '.join(unknown)} (see: urbpipe "
+                         "quarantine list)")
+    at = now or datetime.now(UTC)
+    if chosen:
+        lake.append(ACKS_TABLE, pa.Table.from_pylist(
+            [{**{n: r[n] for n in _IDENTITY}, "acked_by": by, "note": note, "acked_at": at}
+             for r in chosen], schema=ACKS_SCHEMA))
+    return chosen
 
 
 @dataclass

@@ -140,7 +140,7 @@ def definition_files(settings: Settings, inam: str) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     for sub in settings.subscriptions:
         if sub.initial_state == inam:
-            out += [(sub.dbid, fnr) for fnr in sub.files if (sub.dbid, fnr) not in out]
+            out += [key for key in sub.file_keys() if key not in out]
     return out
 
 

@@ -1,32 +1,42 @@
 """``urbpipe status``: where each (destination, subscription) stands, without starting Spark.
 
-Sources, each read the cheapest way that is still the truth:
-- landed transactions, gaps, status events: the Delta tables (``deltalake``, see lake.py);
+Sources, each read the cheapest way that is still the truth, and bounded (never a whole data
+table):
+- the newest landed transaction and status event per key: a few files of the Delta tables,
+  chosen by the statistics in their log (``newest.py``); gaps: the ``gaps`` table (one row
+  per transition, small);
 - what the job has consumed: the newest completed batch in the query checkpoint (checkpoint.py),
-  against the topics' end offsets from the broker (kafka_offsets.py) → lag in messages;
-- state size: the newest line of the metrics file the job's listener writes (metrics.py).
+  against the topics' end offsets from the broker (kafka_offsets.py) → lag in messages, and
+  the broker's time stamp of the oldest message not processed yet → lag in seconds;
+- whether the key is idle and the state size: the newest lines of the metrics file the job's
+  listener writes (``stream.metrics_file``; metrics.py).
 
-Lag in seconds is ``now − newest landed commit time`` (URBTTTIM; URBHTIME when that is not
-set): on an idle source it grows although nothing is waiting, so read it together with the lag
-in messages. Kafka lag is per topic (a topic carries one destination, shared by its
-subscriptions), so every subscription of a destination shows its destination's lag.
+Each key is one of: **up to date** (nothing waiting on its topic), **idle** (nothing waiting,
+and the replicator's STAT answer said it sent nothing since the key's last data), **behind by
+N messages / S seconds** (S: how long the oldest waiting message has waited), or lag unknown
+(no broker, no checkpoint). Freshness — now minus the newest landed commit time — is shown
+beside it, never as lag: an idle subscription's freshness grows while nothing is late.
+Kafka lag is per topic (a topic carries one destination, shared by its subscriptions), so
+every subscription of a destination shows its destination's lag.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.config import Settings
 from pipeline.errors import BrokerUnreachable
+from pipeline.objectstore import access, is_object_store
 from pipeline.ops.checkpoint import processed_offsets
 from pipeline.ops.gaps_cmd import Gap, load_gaps
 from pipeline.ops.lake import Lake
-from pipeline.ops.metrics import read_last_record
+from pipeline.ops.metrics import read_last_record, read_recent_records
+from pipeline.ops.newest import Files, file_stats, newest_by_time, newest_in_sequence
 from pipeline.ops.topic_check import (
     KafkaOutOfReach,
     cluster_partitions,
@@ -35,10 +45,16 @@ from pipeline.ops.topic_check import (
 )
 from pipeline.urb.codes import describe_status, describe_subcode
 
-_TX_COLUMNS = ["destination", "subscription", "epoch", "tsnr", "commit_time", "sent_time",
-               "landed_at"]
+_TX_COLUMNS = ["destination", "subscription", "epoch", "tsnr", "commit_time", "landed_at"]
 _STATUS_COLUMNS = ["destination", "subscription", "rt", "st", "rsp", "subc", "token", "tsnr",
                    "time", "received_at"]
+#: status_events files looked at per key, newest first (a key whose last status is older
+#: shows none: ``urbpipe status`` stays bounded however old the lake)
+STATUS_FILES = 64
+#: (topic, partition) → offset of the oldest message not processed → its Kafka time stamp (ms)
+MessageTimes = Callable[[dict[tuple[str, int], int]], dict[tuple[str, int], int]]
+
+UP_TO_DATE, IDLE, BEHIND, UNKNOWN = "up to date", "idle", "behind", "unknown"
 
 
 @dataclass
@@ -64,14 +80,23 @@ class KeyStatus:
     subscription: str
     epoch: int | None = None
     last_tsnr: int | None = None
-    transactions: int = 0
     last_commit_time: datetime | None = None
-    last_sent_time: datetime | None = None
     last_landed_at: datetime | None = None
-    lag_seconds: float | None = None
+    freshness_seconds: float | None = None
+    state: str = UNKNOWN
     lag_messages: int | None = None
+    lag_seconds: float | None = None
+    idle: bool | None = None  # the job's newest word on it (metrics file), None: unknown
     gaps: list[dict[str, Any]] = field(default_factory=list)
     last_status: dict[str, Any] | None = None
+
+    def describe(self) -> str:
+        if self.state == BEHIND:
+            waited = "?" if self.lag_seconds is None else f"{self.lag_seconds:.0f}"
+            return f"behind by {self.lag_messages} messages / {waited} seconds"
+        if self.state == IDLE:
+            return "idle (the replicator's STAT answer: nothing sent since)"
+        return self.state if self.state == UP_TO_DATE else "lag unknown"
 
 
 @dataclass
@@ -109,42 +134,38 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def landed_by_key(transactions: pa.Table) -> dict[tuple[str, str], dict[str, Any]]:
-    """Newest epoch, its highest tsnr, newest times and the count, per (dest, subscription).
-
-    Initial-state pseudo-transactions (tsnr 0) count as landed but are outside the sequence.
-    """
-    if transactions.num_rows == 0:
+def newest_landed(lake: Lake, keys: list[tuple[str, str]]) -> dict[tuple[str, str],
+                                                                 dict[str, Any]]:
+    """Per key, its newest transaction in the sequence (greatest epoch, then tsnr; the
+    initial-state pseudo-transactions, tsnr 0, are outside it), from a few files."""
+    table = lake.table("transactions")
+    if table is None:
         return {}
-    keys = ["destination", "subscription"]
-    times = transactions.group_by(keys).aggregate([
-        ("tsnr", "count"), ("commit_time", "max"), ("sent_time", "max"), ("landed_at", "max"),
-        ("epoch", "max")]).to_pylist()
-    seq = transactions.filter(pc.greater(transactions["tsnr"], 0))
-    tsnrs = seq.group_by([*keys, "epoch"]).aggregate([("tsnr", "max")]).to_pylist()
+    files = Files(table, _TX_COLUMNS, pc.field("tsnr") > 0)
+    return newest_in_sequence(file_stats(table), files, keys)
+
+
+def last_status_events(lake: Lake, keys: list[tuple[str, str]]
+                       ) -> dict[tuple[str, str], dict[str, Any]]:
+    """The newest URBS per key and per destination (subscription '': destination-wide,
+    STRT/REST …), each in the newest of at most ``STATUS_FILES`` files."""
+    table = lake.table("status_events")
+    if table is None:
+        return {}
+    wide = sorted({(d, "") for d, _ in keys})
+    found = newest_by_time(file_stats(table), Files(table, _STATUS_COLUMNS), [*keys, *wide],
+                           "received_at", STATUS_FILES)
+    return {k: _describe_status(v) for k, v in found.items()}
+
+
+def job_view_of_keys(metrics_path: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per key, what the job's newest batch that called it said (the metrics file's recent
+    records: idle, gaps, storm breaker)."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
-    for row in times:
-        out[(row["destination"], row["subscription"])] = {
-            "transactions": row["tsnr_count"], "last_commit_time": row["commit_time_max"],
-            "last_sent_time": row["sent_time_max"], "last_landed_at": row["landed_at_max"],
-            "epoch": row["epoch_max"], "last_tsnr": None}
-    for row in tsnrs:
-        entry = out[(row["destination"], row["subscription"])]
-        if row["epoch"] == entry["epoch"]:
-            entry["last_tsnr"] = row["tsnr_max"]
+    for record in read_recent_records(metrics_path):
+        for key in record.get("keys") or ():
+            out[(key["destination"], key["subscription"])] = key
     return out
-
-
-def last_status_events(events: pa.Table) -> dict[tuple[str, str], dict[str, Any]]:
-    """The newest URBS per (destination, subscription); subscription '' = destination-wide."""
-    out: dict[tuple[str, str], dict[str, Any]] = {}
-    for row in events.to_pylist():
-        when = row.get("received_at") or row.get("time")
-        key = (row.get("destination") or "", (row.get("subscription") or "").strip())
-        have = out.get(key)
-        if have is None or (when and (have["_when"] is None or when >= have["_when"])):
-            out[key] = {**row, "_when": when}
-    return {k: _describe_status(v) for k, v in out.items()}
 
 
 def _describe_status(row: dict[str, Any]) -> dict[str, Any]:
@@ -192,24 +213,50 @@ def destination_lag(parts: list[PartitionLag]) -> dict[str, int | None]:
     return out
 
 
+def destination_waited(parts: list[PartitionLag], times: MessageTimes | None,
+                       now: datetime) -> dict[str, float]:
+    """Per destination, how long its oldest waiting message has waited (seconds since its
+    Kafka time stamp): one message read per partition that has a lag."""
+    waiting = {(p.topic, p.partition): p.processed_offset for p in parts
+               if p.lag and p.processed_offset is not None}
+    if not waiting or times is None:
+        return {}
+    stamps = times(waiting)  # type: ignore[arg-type]
+    out: dict[str, float] = {}
+    for p in parts:
+        ms = stamps.get((p.topic, p.partition))
+        if ms is not None:
+            waited = max(0.0, now.timestamp() - ms / 1000)
+            out[p.destination] = max(out.get(p.destination, 0.0), waited)
+    return out
+
+
 def build_report(settings: Settings, lake: Lake, *, end_offsets: dict | None,
                  metrics_path: str, broker_error: str | None = None,
-                 now: datetime | None = None) -> StatusReport:
-    """Everything ``status`` shows; ``end_offsets`` None means the broker was not asked."""
+                 now: datetime | None = None,
+                 message_times: MessageTimes | None = None) -> StatusReport:
+    """Everything ``status`` shows; ``end_offsets`` None means the broker was not asked;
+    ``message_times`` reads the Kafka time stamps of the oldest waiting messages."""
     now = now or datetime.now(UTC)
     lake.require()
-    landed = landed_by_key(lake.read("transactions", _TX_COLUMNS))
-    statuses = last_status_events(lake.read("status_events", _STATUS_COLUMNS))
     gaps = load_gaps(lake)
-    checkpoint = processed_offsets(settings.location(settings.stream.checkpoint_dir))
+    checkpoint_dir = settings.location(settings.stream.checkpoint_dir)
+    checkpoint = processed_offsets(checkpoint_dir, access(settings)
+                                   if is_object_store(checkpoint_dir) else None)
     parts = partition_lags(settings, end_offsets, checkpoint.offsets if checkpoint else {})
-
+    seen = job_view_of_keys(metrics_path)
     configured = {(d, s.name) for s in settings.subscriptions for d in s.destinations}
-    named = {k for k in statuses if k[1]}
-    keys = sorted(configured | set(landed) | {(g.row["destination"], g.row["subscription"])
-                                             for g in gaps} | named)
-    out = [_key_status(k, landed.get(k), gaps, statuses, destination_lag(parts), now)
-           for k in keys]
+    called = {k for k in seen if k[1]}  # a destination-wide key only shows with its gaps
+    keys = sorted(configured | called | {(g.row["destination"], g.row["subscription"])
+                                         for g in gaps})
+    landed = newest_landed(lake, keys)
+    statuses = last_status_events(lake, keys)
+    lag, waited = destination_lag(parts), destination_waited(parts, message_times, now)
+    out = []
+    for key in keys:
+        ks = _key_status(key, landed.get(key), gaps, statuses, now)
+        _place(ks, lag.get(key[0]), waited.get(key[0]), seen.get(key))
+        out.append(ks)
     counts = source_partitions(settings, {t: len(p) for t, p in (end_offsets or {}).items()
                                           if p}) if end_offsets is not None else {}
     topic_problem = problem(counts)
@@ -221,17 +268,32 @@ def build_report(settings: Settings, lake: Lake, *, end_offsets: dict | None,
 
 
 def _key_status(key: tuple[str, str], landed: dict[str, Any] | None, gaps: list[Gap],
-                statuses: dict, dest_lag: dict[str, int | None], now: datetime) -> KeyStatus:
-    ks = KeyStatus(*key, **(landed or {}))
-    newest = ks.last_commit_time or ks.last_sent_time
-    ks.lag_seconds = round((now - newest).total_seconds(), 3) if newest else None
-    ks.lag_messages = dest_lag.get(key[0])
+                statuses: dict, now: datetime) -> KeyStatus:
+    ks = KeyStatus(*key)
+    if landed:
+        ks.epoch, ks.last_tsnr = landed["epoch"], landed["tsnr"]
+        ks.last_commit_time, ks.last_landed_at = landed["commit_time"], landed["landed_at"]
+    if ks.last_commit_time:
+        ks.freshness_seconds = round((now - ks.last_commit_time).total_seconds(), 3)
     ks.gaps = [{"ref": g.ref, "from_tsnr": g.row["from_tsnr"], "to_tsnr": g.row["to_tsnr"],
                 "state": g.state, "acknowledged": g.ack is not None}
                for g in gaps if (g.row["destination"], g.row["subscription"]) == key
                and g.is_problem]
     ks.last_status = statuses.get(key) or statuses.get((key[0], ""))
     return ks
+
+
+def _place(ks: KeyStatus, lag: int | None, waited: float | None,
+           seen: dict[str, Any] | None) -> None:
+    """Up to date, idle or behind, from the destination's lag and the job's word."""
+    ks.lag_messages = lag
+    ks.idle = None if seen is None else bool(seen.get("idle"))
+    if lag is None:
+        ks.state = UNKNOWN
+    elif lag > 0:
+        ks.state, ks.lag_seconds = BEHIND, waited
+    else:
+        ks.state, ks.lag_seconds = (IDLE if ks.idle else UP_TO_DATE), 0.0
 
 
 def _state(record: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -245,17 +307,25 @@ def _fmt_time(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
 
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
 def format_report(report: StatusReport) -> str:
     """The human-readable form: one block per key, then Kafka and state lines."""
     lines = []
     for k in report.keys:
-        lag_msgs = "?" if k.lag_messages is None else str(k.lag_messages)
-        lag_s = "-" if k.lag_seconds is None else f"{k.lag_seconds:.1f} s"
         epoch = "-" if k.epoch is None else k.epoch
         tsnr = "-" if k.last_tsnr is None else k.last_tsnr
-        lines.append(f"{k.destination}/{k.subscription}: epoch {epoch} tsnr {tsnr}"
-                     f" ({k.transactions} tx, last landed {_fmt_time(k.last_landed_at)})"
-                     f"  lag {lag_msgs} msgs / {lag_s}")
+        lines.append(f"{k.destination}/{k.subscription}: {k.describe()}; epoch {epoch} tsnr "
+                     f"{tsnr}, committed {_fmt_time(k.last_commit_time)} "
+                     f"({_age(k.freshness_seconds)} ago), landed "
+                     f"{_fmt_time(k.last_landed_at)}")
         for g in k.gaps:
             ack = " (acknowledged)" if g["acknowledged"] else ""
             lines.append(f"    gap {g['ref']} tsnr {g['from_tsnr']}-{g['to_tsnr']}: "

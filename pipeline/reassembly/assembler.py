@@ -7,8 +7,6 @@ means (quarantine, lost continuation, gap). Nothing here knows about the sequenc
 
 from __future__ import annotations
 
-import struct
-import zlib
 from dataclasses import dataclass, field
 
 from pipeline.reassembly.events import ImageOut, Origin, RecordOut, TransactionComplete
@@ -41,6 +39,9 @@ class Partial:
     msnrs: list[int] = field(default_factory=list)  # URBHMSNR of the messages it came in
     last_sent: int = 0     # URBHTIME (raw STCK) of the last message it came in
     stalled: bool = False  # reported lost on processing time; kept for a late continuation
+    #: its URBT's message was sent after every message seen on the destination before it
+    #: (replicator time): no copy the transport delivered again (``sequence.Sequence.fresh``)
+    fresh: bool = False
 
     @property
     def rcnt(self) -> int:
@@ -61,8 +62,9 @@ class Partial:
         return fingerprint(self.head["urbtttim"], self.rcnt, self.head["urbtdbid"])
 
 
-def start(row: ElementRow, now_ms: int) -> Partial:
-    """Open a transaction at its URBT."""
+def start(row: ElementRow, now_ms: int, newest_sent: int = 0) -> Partial:
+    """Open a transaction at its URBT; ``newest_sent``: the newest URBHTIME seen on the
+    destination before this message (raw STCK)."""
     head = {name: row.num(name) for name in HEAD_FIELDS}
     head.update({name: int(row.flag(name)) for name in HEAD_FLAGS})
     coords = (row.partition, row.offset)
@@ -70,18 +72,8 @@ def start(row: ElementRow, now_ms: int) -> Partial:
         tsnr=row.num("urbttsnr"), head=head, token=row.char("urbtrtok"),
         sent_time=row.urbhtime, topic=row.topic, first=coords, last=coords,
         cont=row.flag("urbtcont"), touched_ms=now_ms, msnrs=[row.urbhmsnr],
-        last_sent=row.urbhtime,
+        last_sent=row.urbhtime, fresh=row.home and row.urbhtime > newest_sent,
     )
-
-
-def initial_state_fingerprint(p: Partial) -> int:
-    """Identity of an initial-state pseudo-transaction (tsnr 0, outside the sequence): its
-    read and processing times, counts and token. A copy the transport delivers again has the
-    same; two chunks of one request are read at different times."""
-    h = p.head
-    packed = struct.pack(">QQII8s", h["urbtttim"], h["urbtptim"], p.rcnt & 0xFFFFFFFF,
-                         h["urbtdbid"] & 0xFFFFFFFF, p.token.encode("latin-1")[:8])
-    return zlib.crc32(packed)
 
 
 def urbt_fingerprint(row: ElementRow) -> int:

@@ -12,20 +12,19 @@ LANDING_POLICIES = ("immediate", "hold")
 class InitialStateTarget:
     """An ISN-list initial-state definition the job may ask to re-read records of a file.
 
-    It covers the files ``files`` of database ``dbid`` for the records of ``subscription``
-    (conf: the subscription's ``initial_state``, ``dbid`` and ``files``). The job always sends
-    an ISN list, so the definition must select by ISN list (a "select all" definition answers
-    an ISN list with INST/ERRO, response 131 subcode 15).
+    It covers the files ``files`` — (dbid, fnr) pairs, a subscription may span databases —
+    for the records of ``subscription`` (conf: the subscription's ``initial_state`` and
+    ``files``). The job always sends an ISN list, so the definition must select by ISN list
+    (a "select all" definition answers an ISN list with INST/ERRO, response 131 subcode 15).
     """
 
     subscription: str
     name: str
-    dbid: int
-    files: tuple[int, ...]
+    files: tuple[tuple[int, int], ...]
     destinations: tuple[str, ...] = ()  # the subscription's, in conf order
 
     def covers(self, dbid: int, fnr: int) -> bool:
-        return dbid == self.dbid and fnr in self.files
+        return (dbid, fnr) in self.files
 
     def token_for(self, destination: str, request_token: str) -> str:
         """The token of the job's INST requests from ``destination``'s key.
@@ -106,8 +105,11 @@ class ReassemblyConfig:
       topic tells the last tsnr sent, so a lost last transaction becomes a gap. Asked again
       every interval until a SUBS answers; None: never.
     - ``storm_window_ms``/``storm_max_gaps``/``storm_max_tsnrs``: a key that opens more gaps,
-      or asks for more tsnrs, within the window (replicator time) than this is scrambled,
-      not lossy: it stops requesting until an operator resumes it (``urbpipe gaps resume``).
+      or asks for more tsnrs (retry rounds included), within the window than this is
+      scrambled, not lossy: it stops requesting until an operator resumes it
+      (``urbpipe gaps resume``).
+    - ``confirmed_wait_ms``: a tsnr whose resend the replicator confirmed (TRSP response 0)
+      is asked for again, and may be given up, only this long after the confirmation.
     - ``tod_offset_us``: microseconds to subtract from the replicator's STCK times to get UTC
       (leap seconds the TOD clock includes, and its offset when it runs on local time).
     - ``duplicate_window``: how many recently landed tsnrs are remembered.
@@ -122,6 +124,14 @@ class ReassemblyConfig:
       file in one step are split over several requests.
     - ``initial_state_timeout_ms``: an INST request (or an INIT seen) with no CMPL/ERRO for
       this long is reported overdue (warning); a late reply still settles it.
+    - ``initial_state_max_requests``: INST request messages a key keeps in flight (sent or
+      started, not answered, not overdue); more wait in its queue (the replicator refuses
+      requests beyond its IMAXREQ with 131/44).
+    - ``initial_state_max_attempts``: requests that may ask for the same ISNs (an incomplete
+      answer asks again for what did not come; a 131/44 refusal sends it again); then the
+      request has failed (critical).
+    - ``initial_state_retry_ms``: wait before sending a request refused with 131/44 again,
+      doubling with each refusal.
     """
 
     landing_policy: str = "immediate"
@@ -143,11 +153,15 @@ class ReassemblyConfig:
     initial_states: tuple[InitialStateTarget, ...] = ()
     max_isns_per_request: int = 500
     initial_state_timeout_ms: int = 600_000
+    initial_state_max_requests: int = 2
+    initial_state_max_attempts: int = 3
+    initial_state_retry_ms: int = 60_000
     stat_interval_ms: int | None = None
     storm_window_ms: int = 60_000
     storm_max_gaps: int = 20
     storm_max_tsnrs: int = 2_000
     tod_offset_us: int = 0
+    confirmed_wait_ms: int = 300_000
 
     def __post_init__(self) -> None:
         if self.landing_policy not in LANDING_POLICIES:
@@ -155,6 +169,8 @@ class ReassemblyConfig:
         positive = ("max_requests_per_gap", "retry_initial_ms", "retry_max_ms",
                     "hold_timeout_ms", "duplicate_window", "max_buffered_bytes", "max_open_gaps",
                     "max_isns_per_request", "initial_state_timeout_ms", "storm_window_ms",
+                    "initial_state_max_requests", "initial_state_max_attempts",
+                    "initial_state_retry_ms", "confirmed_wait_ms",
                     "storm_max_gaps", "storm_max_tsnrs")
         for name in positive:
             if getattr(self, name) <= 0:

@@ -322,12 +322,13 @@ class InitialStateRequested:
     """Ask the replicator for the current images of some ISNs (one INST request message).
 
     Raised after a resend (before images only) landed: its inserted/updated ISNs are
-    unverified until their R images arrive; or again after a pseudo-transaction of an
-    earlier request was lost (``reason``). ``files`` holds one (fnr, ISNs) per file of the
-    definition, in its order: seed 000 wants a URBI for every file of a multi-file
-    definition, so a file with nothing to refresh has no ISNs (the request selects none of
-    its records). ``request_id`` ("job:<n>", n counting per key) identifies the request in
-    the tracking alerts; ``tsnrs`` are the resent transactions the ISNs came from.
+    unverified until their R images arrive; or again after ISNs of an earlier request did
+    not arrive, or it was refused as one too many (``reason``, ``attempt``). ``files`` holds
+    one (dbid, fnr, ISNs) per file of the definition, in its order: seed 000 wants a URBI for
+    every file of a multi-file definition, so a file with nothing to refresh has no ISNs
+    (the request selects none of its records). ``request_id`` ("job:<n>", n counting per
+    key) identifies the request in the tracking alerts; ``tsnrs`` are the resent
+    transactions the ISNs came from.
     """
 
     subscription: str
@@ -335,24 +336,26 @@ class InitialStateRequested:
     epoch: int
     request_id: str
     name: str             # URBIINAM: the initial-state definition
-    dbid: int
-    files: tuple[tuple[int, tuple[int, ...]], ...]
+    files: tuple[tuple[int, int, tuple[int, ...]], ...]
     tsnrs: tuple[int, ...]
     token: str
     reply_destination: str
     at_ms: int
     reason: str = ""
+    attempt: int = 1
 
     @property
     def isn_count(self) -> int:
-        return sum(len(isns) for _, isns in self.files)
+        return sum(len(isns) for _, _, isns in self.files)
 
 
 @dataclass(frozen=True, slots=True)
 class InitialStateChanged:
-    """A tracked INST request moved on: started (INIT), completed (CMPL), failed (ERRO, or
-    CMPL with a response code), overdue (no CMPL/ERRO within the timeout) or incomplete (a
-    pseudo-transaction of it was lost: the job asks again for its ISNs).
+    """A tracked INST request moved on: started (INIT), completed (CMPL, every ISN asked for
+    arrived), failed (ERRO, CMPL with a response code, or still incomplete after the last
+    attempt), overdue (no CMPL/ERRO within the timeout), incomplete (ISNs did not arrive or
+    a pseudo-transaction of it was lost: the job asks again for them) or refused (INST/ERRO
+    131/44, too many requests active: sent again after a backoff).
 
     ``request_id`` is the job's id ("job:<n>") or, for a request the job did not send (e.g.
     ``urbpipe request inst``), "ext:<token>:<URBSTIME of its first reply>".
@@ -373,6 +376,7 @@ class InitialStateChanged:
     isn_count: int
     requested_at_ms: int
     at_ms: int
+    attempt: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,12 +23,12 @@ when:
 - a message: plain (``columnar``: whole transactions, no URBC, URBS, URBF or resend flag,
   counts consistent, under the byte cap) and each of its transactions, in order, is what
   ``sequence.classify`` calls NEXT (or BASELINE for a key's first) without a doubt: not in
-  the duplicate window, committed after the newest commit placed (else a redelivery), its
-  tsnr the next expected one, that position not settled as lost. A message is taken whole
-  or not at all, as ``step`` never splits one.
+  the duplicate window, not sent before the epoch's STRT/REST, its tsnr the next expected
+  one, that position not settled as lost. A message is taken whole or not at all, as
+  ``step`` never splits one.
 
 What ``step`` would have changed for such messages, and only that, changes here: the
-duplicate window, the next expected tsnr, the newest commit, ``epoch_fresh``, the
+duplicate window, the next expected tsnr, ``epoch_fresh``, the
 ``landed`` counter, the STAT tracker's last data time, ``discard`` (cleared by a URBT), the
 destination's clock. The property test ``tests/integration/test_fast_path.py`` holds both
 paths to the same rows and state on simulated streams with every fault kind.
@@ -235,10 +235,10 @@ def _fingerprints(d: columnar.Transactions, count: int) -> list[int]:
 
 def _in_sequence(st: KeyState, d: columnar.Transactions, fps: list[int]) -> int:
     """How many of the first transactions (``fps``: their fingerprints) ``sequence.classify``
-    calls NEXT (the
-    first BASELINE for a key without a sequence) one after the other, for sure: not in the
-    duplicate window, committed after the newest commit placed before it (else a
-    redelivery; a commit time 0 is no evidence), the next tsnr, a position not settled."""
+    calls NEXT (the first BASELINE for a key without a sequence) one after the other, for
+    sure: not in the duplicate window, not sent before the epoch began (its message's
+    URBHTIME against the STRT/REST's), the next tsnr, a position not settled. Commit times
+    play no part (``sequence.classify``)."""
     count = len(fps)
     if count == 0:
         return 0
@@ -246,13 +246,9 @@ def _in_sequence(st: KeyState, d: columnar.Transactions, fps: list[int]) -> int:
     base = st.next_u if st.next_u is not None else int(tsnr[0])
     u = base + np.arange(count, dtype=np.int64)
     ok = tsnr == (u - 1) % RING + 1  # to_tsnr
-    commit = d.tx["urbtttim"][:count]
-    placed = np.maximum.accumulate(commit)  # newest commit placed after each
-    before = np.concatenate([[np.uint64(st.newest_commit or 0)], placed[:-1]])
-    before = np.maximum(before, np.uint64(st.newest_commit or 0))
-    known = np.concatenate([[st.newest_commit is not None], placed[:-1] > 0]) \
-        | (st.newest_commit is not None)
-    ok &= (commit == 0) | ~known | (commit > before)
+    if st.epoch_time:
+        sent = np.repeat(d.htime, d.tx_end - d.tx_start)[:count]
+        ok &= (sent == 0) | (sent >= np.uint64(st.epoch_time))
     first = int(np.argmin(ok)) if not ok.all() else count
     settled = st.given_up.lowest(st.epoch, base + (st.next_u is None), base + first - 1)
     if settled is not None:
@@ -266,13 +262,10 @@ def _in_sequence(st: KeyState, d: columnar.Transactions, fps: list[int]) -> int:
 
 def _place(st: KeyState, d: columnar.Transactions, fps: list[int]) -> None:
     """The sequence after the first transactions (``fps``: their fingerprints) placed as
-    NEXT: the window, the next expected tsnr, the newest commit."""
+    NEXT: the window, the next expected tsnr."""
     count = len(fps)
     tsnr = d.tx["urbttsnr"][:count].tolist()
-    st.window.extend(list(zip(tsnr, fps, strict=True)))
+    st.window.extend(list(zip(tsnr, fps, strict=True)), st.epoch)
     if st.next_u is None:  # the key's first placement: its baseline (machine._advance)
         st.base_u = tsnr[0]
     st.next_u = (st.next_u if st.next_u is not None else tsnr[0]) + count
-    newest = int(d.tx["urbtttim"][:count].max())
-    if newest:
-        st.newest_commit = max(st.newest_commit or 0, newest)

@@ -10,6 +10,11 @@ still there and do arrive. The gap ends when every position is filled or settled
 event says which. A position waiting for its subscription's reactivation (TRSP 36) is
 *parked*: no request rounds, asked again when a SUBS or REAC shows the subscription active.
 
+A position the replicator *confirmed* (TRSP response 0: seed 000 answers a successful
+prior-transaction request with a status to the reply destination) is being resent: it is
+asked again only ``confirmed_wait_ms`` after the confirmation (a resend can take long: the
+data topic may lag the reply topic), and no verdict settles it before then.
+
 Retry rounds run on processing time, but running out of them is no proof: a job lagging far
 behind its topic may not have read the resend yet, queued behind the lag. So the verdict
 "unrecoverable" waits for evidence — a processed message of the destination sent (URBHTIME)
@@ -57,6 +62,8 @@ class Gap:
     settled: list[int] = field(default_factory=list)
     parked: list[int] = field(default_factory=list)
     why: list[str] = field(default_factory=list)  # distinct reasons positions were settled
+    #: position -> when (job time) a TRSP response 0 confirmed its resend
+    confirmed: dict[int, int] = field(default_factory=dict)
 
     @property
     def gap_id(self) -> str:
@@ -73,7 +80,8 @@ class Gap:
         return [self.epoch, self.from_u, self.to_u, self.missing, self.reason, self.opened_ms,
                 self.state, self.requests_sent, self.rounds, self.next_retry_ms,
                 self.hold_until_ms, self.last_request_ms, self.verdict_due_ms, self.filled,
-                self.settled, self.parked, self.why]
+                self.settled, self.parked, self.why,
+                [[u, ms] for u, ms in self.confirmed.items()]]
 
     @classmethod
     def from_obj(cls, obj: list) -> Gap:
@@ -81,7 +89,14 @@ class Gap:
         gap = cls(*obj[:3], list(obj[3]), *obj[4:13])
         for name, value in zip(("filled", "settled", "parked", "why"), obj[13:], strict=False):
             setattr(gap, name, list(value))
+        if len(obj) > 17:
+            gap.confirmed = dict(obj[17])
         return gap
+
+    def waiting_ms(self, u: int, config: ReassemblyConfig) -> int | None:
+        """Until when a confirmed position waits for its resend (None: not confirmed)."""
+        at = self.confirmed.get(u)
+        return None if at is None else at + config.confirmed_wait_ms
 
 
 def gap_event(cls: type[GapEvent], gap: Gap, key: tuple[str, str], now_ms: int,
@@ -131,25 +146,52 @@ def open_gap(from_u: int, to_u: int, epoch: int, reason: str, now_ms: int,
     gap = Gap(epoch, from_u, to_u, list(range(from_u, to_u + 1)), reason, now_ms,
               hold_until_ms=hold)
     events.append(gap_event(GapOpened, gap, key, now_ms))
-    if request:
-        events.append(request_round(gap, now_ms, config, key))
+    first = request_round(gap, now_ms, config, key) if request else None
+    if first is not None:
+        events.append(first)
     return Opening(gap, events, settled)
 
 
 def request_round(gap: Gap, now_ms: int, config: ReassemblyConfig,
-                  key: tuple[str, str]) -> GapEvent:
-    """Ask again for every tsnr still missing and arm the next retry."""
+                  key: tuple[str, str]) -> GapEvent | None:
+    """Ask again for every tsnr still missing whose resend is not confirmed (or whose
+    confirmation is older than ``confirmed_wait_ms``) and arm the next retry. None when
+    every missing one is confirmed: the next retry is then when the first wait ends."""
+    asked = [u for u in gap.missing if not _waiting(gap, u, now_ms, config)]
+    if not asked:
+        gap.next_retry_ms = min(_until(gap, u, config) for u in gap.missing)
+        return None
+    for u in asked:
+        gap.confirmed.pop(u, None)  # asked again: only a new TRSP 0 confirms it
     gap.rounds += 1
-    gap.requests_sent += len(gap.missing)
+    gap.requests_sent += len(asked)
     gap.state = "requested"
     gap.last_request_ms = now_ms
     gap.next_retry_ms = now_ms + config.backoff_ms(gap.rounds)
     gap.verdict_due_ms = None
     return gap_event(
-        GapRequested, gap, key, now_ms, tsnrs=tuple(to_tsnr(u) for u in gap.missing),
+        GapRequested, gap, key, now_ms, tsnrs=tuple(to_tsnr(u) for u in asked),
         attempt=gap.rounds, token=config.request_token,
         reply_destination=config.reply_destination,
     )
+
+
+def confirm(gap: Gap, u: int, now_ms: int) -> None:
+    """A TRSP response 0 for position ``u``: the replicator is resending it."""
+    if u in gap.missing:
+        gap.confirmed[u] = now_ms
+
+
+def _until(gap: Gap, u: int, config: ReassemblyConfig) -> int:
+    until = gap.waiting_ms(u, config)
+    assert until is not None
+    return until
+
+
+def _waiting(gap: Gap, u: int, now_ms: int, config: ReassemblyConfig) -> bool:
+    """Position ``u``'s resend is confirmed and its wait has not ended."""
+    until = gap.waiting_ms(u, config)
+    return until is not None and now_ms < until
 
 
 def fill(gap: Gap, u: int, now_ms: int, key: tuple[str, str]) -> GapEvent | None:
@@ -178,6 +220,7 @@ def settle_all(gap: Gap, why: str, now_ms: int, key: tuple[str, str]) -> GapEven
 
 
 def _take(gap: Gap, u: int) -> None:
+    gap.confirmed.pop(u, None)
     if u in gap.missing:
         gap.missing.remove(u)
     else:
@@ -234,7 +277,8 @@ def retry_due(gap: Gap, now_ms: int, config: ReassemblyConfig, key: tuple[str, s
 def verdict(gap: Gap, now_ms: int, config: ReassemblyConfig, key: tuple[str, str],
             newest_sent_ms: int | None) -> GapEvent | None:
     """Retries ran out: the missing positions are settled once there is evidence, or at
-    ``verdict_due_ms``. Parked positions wait on (a reactivation will ask again)."""
+    ``verdict_due_ms``. Parked positions wait on (a reactivation will ask again), and so do
+    confirmed ones until their wait ends (their resend is on its way)."""
     if gap.verdict_due_ms is None or not gap.missing:
         return None
     if sent_after_last_request(gap, newest_sent_ms, config):
@@ -243,10 +287,12 @@ def verdict(gap: Gap, now_ms: int, config: ReassemblyConfig, key: tuple[str, str
         why = f"no message sent after the last request arrived in {config.verdict_wait_ms} ms"
     else:
         return None
-    gap.verdict_due_ms = None
+    lost = [u for u in gap.missing if not _waiting(gap, u, now_ms, config)]
+    waiting = [_until(gap, u, config) for u in gap.missing if u not in lost]
+    gap.verdict_due_ms = min(waiting) if waiting else None
     why = f"retries exhausted after {gap.rounds} request rounds; {why}"
     event = None
-    for u in list(gap.missing):
+    for u in lost:
         event = settle(gap, u, why, now_ms, key)
     return event
 

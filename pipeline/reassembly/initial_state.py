@@ -1,11 +1,18 @@
-"""Initial state after a resend (INST requests for exactly the unverified ISNs) and tracking of
-INST requests through their INIT/CMPL/ERRO replies.
+"""Initial state after a resend (INST requests for exactly the unverified ISNs), paced, and
+tracking of INST requests through their INIT/CMPL/ERRO replies.
 
 Why: a resent transaction has before images only (the resend buffer keeps no after images), so
 the current-state rows of the ISNs it inserted or updated become unverified. When the
 subscription has an ISN-list initial-state definition, the job asks the replicator to re-read
 exactly those ISNs; the R images that come back (tsnr-0 pseudo-transactions, URBTTTIM = the
 time they were read, hence a newer version) make the rows verified again.
+
+Pacing: the replicator refuses an initial-state request while too many are active (INST/ERRO,
+response 131 subcode 44: its IMAXREQ limit), so a key keeps at most
+``initial_state_max_requests`` of its requests in flight (sent or started, not yet answered by
+CMPL/ERRO, not overdue); the others wait in the queue, in order, and are sent as earlier ones
+end. A request refused with 131/44 goes back to the queue, sent again after a backoff
+(``initial_state_retry_ms``, doubling), at most ``initial_state_max_attempts`` times.
 
 Correlation: an INST reply (URBS INST/INIT, INST/CMPL, INST/ERRO) carries the token, the
 initial-state name, dbid and fnr and nothing else of the request, so it settles the oldest open
@@ -20,12 +27,14 @@ pseudo-transactions between them; the reply topic's copy can be read long before
 So INIT/CMPL settle a request only from the key's own topic (``ElementRow.home``); INST/ERRO
 goes to the reply destination only and counts from there.
 
-Completeness: a pseudo-transaction whose continuation is lost never lands; the request it
-belongs to (found by its token, database and file) is marked incomplete, and when its CMPL
-comes (or at once, if it came already) the job reports it and asks again for the same ISNs.
-
-Duplicates: pseudo-transactions have tsnr 0, outside the sequence, so a copy the transport
-delivers again is recognised by its identity (``assembler.initial_state_fingerprint``).
+Completeness (``pseudo.py`` counts what arrives): every ISN of an ISN list is answered by a
+URBR — with the record, or response 113 when there is none (seed 000) — so a job's request is
+complete at its CMPL only when every ISN it asked for arrived. One that did not (a lost
+pseudo-transaction message: the first, a middle or the last, or a whole one) makes the request
+*incomplete*: reported, and the missing ISNs asked for again, until
+``initial_state_max_attempts`` requests have asked for them; then it *failed* (critical). A
+request the job did not send names no ISNs: it is incomplete when a pseudo-transaction of it
+was seen lost (a continuation without its start, one cut short by the CMPL).
 
 Everything here is pure: it changes the ``InstState`` it is given and returns events.
 """
@@ -49,17 +58,22 @@ from pipeline.urb.codes import describe_subcode
 UNVERIFIED_TYPES = frozenset({"I", "U"})
 REPLY_STATUSES = frozenset({"INIT", "CMPL", "ERRO"})
 MAX_TRACKED = 64      # open INST requests remembered per key (the oldest beyond is dropped)
+MAX_QUEUED = 256      # requests waiting to be sent per key (the oldest beyond is dropped)
 SEEN_WINDOW = 64      # reply identities remembered to count a reply copy once
 DONE_WINDOW = 16      # completed requests remembered, to ask again if a lost chunk shows late
-FP_WINDOW = 4096      # identities of landed pseudo-transactions (duplicates are dropped)
 MAX_ISN = 0xFFFFFFFE  # X'FFFFFFFF' marks a range in an ISN list
+#: INST/ERRO 131 subcode 44: too many initial-state requests active (IMAXREQ) — retried
+REFUSED_BUSY = (131, 44)
+IN_FLIGHT = frozenset({"sent", "started"})
 
 Correlation = tuple[str, str, int, int]  # token, initial-state name, dbid, fnr
+FileAsk = tuple[int, int, tuple[int, ...]]  # dbid, fnr, ISNs
 
 
 @dataclass(slots=True)
 class InstTrack:
-    """One INST request not yet answered by CMPL/ERRO. ``state``: sent, started or overdue."""
+    """One file of an INST request not yet answered by CMPL/ERRO. ``state``: sent, started
+    or overdue. A job's request remembers the ISNs it asked for and those that arrived."""
 
     request_id: str
     name: str
@@ -71,29 +85,64 @@ class InstTrack:
     state: str
     deadline_ms: int | None
     init_seen: bool = False
-    isns: tuple[int, ...] = ()  # the job's requests: what to ask again if incomplete
-    incomplete: bool = False    # a pseudo-transaction of it was lost
+    isns: tuple[int, ...] = ()  # the job's requests: what it asked for
+    incomplete: bool = False    # a pseudo-transaction of it was seen lost
+    received: list[int] = field(default_factory=list)  # ISNs of ``isns`` that arrived
+    attempt: int = 1            # how many requests have asked for these ISNs
+    init_time: int = 0          # URBSTIME of its INIT (replicator clock; 0: not seen)
 
     @property
     def correlation(self) -> Correlation:
         return (self.token, self.name, self.dbid, self.fnr)
 
+    def missing(self) -> tuple[int, ...]:
+        """ISNs asked for that have not arrived."""
+        got = set(self.received)
+        return tuple(i for i in self.isns if i not in got)
+
     def to_obj(self) -> list:
         return [self.request_id, self.name, self.dbid, self.fnr, self.token, self.isn_count,
                 self.requested_ms, self.state, self.deadline_ms, self.init_seen,
-                list(self.isns), self.incomplete]
+                list(self.isns), self.incomplete, self.received, self.attempt, self.init_time]
 
     @classmethod
     def from_obj(cls, obj: list) -> InstTrack:
         track = cls(*obj[:10])
         if len(obj) > 10:
             track.isns, track.incomplete = tuple(obj[10]), bool(obj[11])
+        if len(obj) > 12:
+            track.received, track.attempt, track.init_time = list(obj[12]), obj[13], obj[14]
         return track
 
 
 @dataclass(slots=True)
+class Pending:
+    """A request message waiting to be sent (pacing, or a 131/44 refusal's backoff)."""
+
+    request_id: str
+    name: str
+    token: str
+    files: tuple[FileAsk, ...]
+    tsnrs: tuple[int, ...]
+    reason: str
+    attempt: int
+    not_before_ms: int
+
+    def to_obj(self) -> list:
+        files = [[dbid, fnr, list(isns)] for dbid, fnr, isns in self.files]
+        return [self.request_id, self.name, self.token, files, list(self.tsnrs), self.reason,
+                self.attempt, self.not_before_ms]
+
+    @classmethod
+    def from_obj(cls, obj: list) -> Pending:
+        files = tuple((d, f, tuple(i)) for d, f, i in obj[3])
+        return cls(obj[0], obj[1], obj[2], files, tuple(obj[4]), *obj[5:])
+
+
+@dataclass(slots=True)
 class InstState:
-    """The INST part of a key's state: a request counter, open requests, recent replies.
+    """The INST part of a key's state: a request counter, requests waiting to be sent, open
+    requests, recent replies.
 
     ``settled_early`` holds correlations of requests settled by CMPL/ERRO before their INIT
     was seen (Kafka order across topics is not reply order): that INIT is then no new request.
@@ -104,12 +153,13 @@ class InstState:
     seen: list[str] = field(default_factory=list)
     settled_early: list[list] = field(default_factory=list)
     done: list[InstTrack] = field(default_factory=list)  # recently completed job requests
-    fps: list[int] = field(default_factory=list)  # landed pseudo-transactions' identities
+    queue: list[Pending] = field(default_factory=list)
 
     def to_obj(self) -> dict:
         return {"seq": self.next_seq, "tracks": [t.to_obj() for t in self.tracks],
                 "seen": self.seen, "early": self.settled_early,
-                "done": [t.to_obj() for t in self.done], "fps": self.fps}
+                "done": [t.to_obj() for t in self.done],
+                "queue": [p.to_obj() for p in self.queue]}
 
     @classmethod
     def from_obj(cls, obj: dict | None) -> InstState:
@@ -118,18 +168,16 @@ class InstState:
         return cls(obj["seq"], [InstTrack.from_obj(t) for t in obj["tracks"]],
                    list(obj["seen"]), [list(c) for c in obj["early"]],
                    [InstTrack.from_obj(t) for t in obj.get("done", [])],
-                   list(obj.get("fps", [])))
-
-    def landed_before(self, fp: int) -> bool:
-        """A pseudo-transaction with this identity landed already (a transport copy);
-        otherwise it is remembered as landed now."""
-        if fp in self.fps:
-            return True
-        self.fps = [*self.fps, fp][-FP_WINDOW:]
-        return False
+                   [Pending.from_obj(p) for p in obj.get("queue", [])])
 
     def deadlines(self) -> list[int]:
-        return [t.deadline_ms for t in self.tracks if t.deadline_ms is not None]
+        due = [t.deadline_ms for t in self.tracks if t.deadline_ms is not None]
+        return due + [p.not_before_ms for p in self.queue]
+
+    def in_flight(self) -> int:
+        """Request messages sent or started and not yet answered (overdue ones not counted:
+        a replicator that never answers must not stop the queue)."""
+        return len({t.request_id for t in self.tracks if t.state in IN_FLIGHT})
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,60 +190,100 @@ class Where:
     now_ms: int
 
 
+Events = list[InitialStateRequested | InitialStateChanged]
+
+
 # --------------------------------------------------------------------------- requests
-def unverified_isns(txn: TransactionComplete, target: InitialStateTarget) -> dict[int, set[int]]:
-    """ISNs per file that a landed resend leaves unverified and the definition covers.
+def unverified_isns(txn: TransactionComplete, target: InitialStateTarget
+                    ) -> dict[tuple[int, int], set[int]]:
+    """ISNs per (dbid, fnr) that a landed resend leaves unverified and the definition covers.
 
     Those are the I/U records without an after image (exactly the MERGE's "unverify" rows).
     """
     after = {i.rsnr for i in txn.images if i.image_type == "A"}
-    out: dict[int, set[int]] = {}
+    out: dict[tuple[int, int], set[int]] = {}
     for r in txn.records:
         if (r.type in UNVERIFIED_TYPES and r.rsnr not in after and 0 < r.isn <= MAX_ISN
                 and target.covers(txn.dbid, r.fnr)):
-            out.setdefault(r.fnr, set()).add(r.isn)
+            out.setdefault((txn.dbid, r.fnr), set()).add(r.isn)
     return out
 
 
-def request(inst: InstState, target: InitialStateTarget, isns: dict[int, Iterable[int]],
-            tsnrs: Iterable[int], config: ReassemblyConfig, where: Where, reason: str = "",
-            ) -> list[InitialStateRequested | InitialStateChanged]:
-    """INST request messages for ISNs per file: one message names every file of the
-    definition (seed 000: a multi-file definition needs a URBI per file), each file's ISNs
-    sorted and split at ``max_isns_per_request`` over as many messages as the longest needs.
-    Each file of each message is tracked on its own (the replies name dbid and fnr)."""
+def request(inst: InstState, target: InitialStateTarget,
+            isns: dict[tuple[int, int], Iterable[int]], tsnrs: Iterable[int],
+            config: ReassemblyConfig, where: Where, reason: str = "", attempt: int = 1,
+            ) -> Events:
+    """Queue INST request messages for ISNs per (dbid, fnr), then send what pacing allows.
+
+    One message names every file of the definition (seed 000: a multi-file definition needs
+    a URBI per file, each with its database), each file's ISNs sorted and split at
+    ``max_isns_per_request`` over as many messages as the longest needs."""
     cap = config.max_isns_per_request
-    ordered = {fnr: sorted(set(isns.get(fnr, ()))) for fnr in target.files}
+    ordered = {f: sorted(set(isns.get(f, ()))) for f in target.files}
     rounds = max((len(v) + cap - 1) // cap for v in ordered.values())
     token = target.token_for(where.destination, config.request_token)
-    events: list[InitialStateRequested | InitialStateChanged] = []
     for n in range(rounds):
-        files = tuple((fnr, tuple(v[n * cap:(n + 1) * cap])) for fnr, v in ordered.items())
-        request_id = f"job:{inst.next_seq}"
+        files = tuple((dbid, fnr, tuple(v[n * cap:(n + 1) * cap]))
+                      for (dbid, fnr), v in ordered.items())
+        inst.queue.append(Pending(f"job:{inst.next_seq}", target.name, token, files,
+                                  tuple(sorted(set(tsnrs))), reason, attempt, where.now_ms))
         inst.next_seq += 1
-        for fnr, chunk in files:
-            events += _track(inst, InstTrack(
-                request_id, target.name, target.dbid, fnr, token, len(chunk), where.now_ms,
-                "sent", where.now_ms + config.initial_state_timeout_ms, isns=chunk), where)
-        events.append(InitialStateRequested(
-            subscription=where.subscription, destination=where.destination, epoch=where.epoch,
-            request_id=request_id, name=target.name, dbid=target.dbid, files=files,
-            tsnrs=tuple(sorted(set(tsnrs))), token=token,
-            reply_destination=config.reply_destination, at_ms=where.now_ms, reason=reason))
+    events = dispatch(inst, config, where)
+    return events + _trim_queue(inst, where)
+
+
+def dispatch(inst: InstState, config: ReassemblyConfig, where: Where) -> Events:
+    """Send queued requests whose time has come while fewer than the maximum are in flight."""
+    events: Events = []
+    while inst.queue and inst.in_flight() < config.initial_state_max_requests:
+        ready = next((p for p in inst.queue if p.not_before_ms <= where.now_ms), None)
+        if ready is None:
+            break
+        inst.queue.remove(ready)
+        events += _send(inst, ready, config, where)
     return events
 
 
-def mark_incomplete(inst: InstState, token: str, dbid: int, fnr: int | None,
-                    config: ReassemblyConfig, where: Where
-                    ) -> list[InitialStateRequested | InitialStateChanged]:
-    """A pseudo-transaction of (token, dbid, fnr) was lost: its request is incomplete.
+def _send(inst: InstState, p: Pending, config: ReassemblyConfig, where: Where) -> Events:
+    events: Events = []
+    for dbid, fnr, chunk in p.files:
+        events += _track(inst, InstTrack(
+            p.request_id, p.name, dbid, fnr, p.token, len(chunk), where.now_ms, "sent",
+            where.now_ms + config.initial_state_timeout_ms, isns=chunk, attempt=p.attempt),
+            where)
+    events.append(InitialStateRequested(
+        subscription=where.subscription, destination=where.destination, epoch=where.epoch,
+        request_id=p.request_id, name=p.name, files=p.files, tsnrs=p.tsnrs, token=p.token,
+        reply_destination=config.reply_destination, at_ms=where.now_ms, reason=p.reason,
+        attempt=p.attempt))
+    return events
 
-    The oldest open request it can belong to is marked (reported and asked again at its
-    CMPL); if none is open, a request of the job's completed already (its CMPL on the reply
-    topic, read before the data) is reported and asked again now.
+
+def _trim_queue(inst: InstState, where: Where) -> Events:
+    """Past MAX_QUEUED waiting requests the oldest is dropped, and said (failed)."""
+    events: Events = []
+    while len(inst.queue) > MAX_QUEUED:
+        old = inst.queue.pop(0)
+        for dbid, fnr, chunk in old.files:
+            track = InstTrack(old.request_id, old.name, dbid, fnr, old.token, len(chunk),
+                              where.now_ms, "queued", None, isns=chunk)
+            events.append(_changed(track, "failed", where, reason=(
+                f"never sent: more than {MAX_QUEUED} INST requests waiting")))
+    return events
+
+
+def mark_incomplete(inst: InstState, token: str | None, dbid: int | None, fnr: int | None,
+                    config: ReassemblyConfig, where: Where) -> Events:
+    """A pseudo-transaction of (token, dbid, fnr) was seen lost: its request is incomplete.
+
+    None matches any (a continuation whose first message was lost names no token). The
+    oldest open request it can belong to is marked (reported and asked again at its CMPL);
+    if none is open, a request of the job's completed already (its CMPL on the reply topic,
+    read before the data) is reported and asked again now.
     """
     def matches(t: InstTrack) -> bool:
-        return t.token == token and t.dbid == dbid and (fnr is None or t.fnr == fnr)
+        return ((token is None or t.token == token) and (dbid is None or t.dbid == dbid)
+                and (fnr is None or t.fnr == fnr))
 
     track = next((t for t in inst.tracks if matches(t)), None)
     if track is not None:
@@ -205,22 +293,27 @@ def mark_incomplete(inst: InstState, token: str, dbid: int, fnr: int | None,
     if done is None:
         return []
     inst.done.remove(done)
-    return _incomplete(inst, done, config, where)
+    return _incomplete(inst, done, done.isns, config, where)
 
 
-def _incomplete(inst: InstState, track: InstTrack, config: ReassemblyConfig, where: Where
-                ) -> list[InitialStateRequested | InitialStateChanged]:
-    """Report an incomplete request; the job's own are asked again for the same ISNs."""
+def _incomplete(inst: InstState, track: InstTrack, missing: tuple[int, ...],
+                config: ReassemblyConfig, where: Where) -> Events:
+    """Report an incomplete request; the job's own ask again for the ISNs that did not come,
+    until ``initial_state_max_attempts`` requests have asked for them (then: failed)."""
     target = config.initial_state_for(where.subscription)
-    again = bool(track.isns) and target is not None and target.name == track.name
-    reason = ("a pseudo-transaction of this request was lost: "
-              + ("asked again for its ISNs" if again else "run the request again"))
-    events: list[InitialStateRequested | InitialStateChanged] = [
-        _changed(track, "incomplete", where, reason=reason)]
-    if again and target is not None:
-        events += request(inst, target, {track.fnr: track.isns}, (), config, where,
-                          reason=f"{track.request_id} incomplete")
-    return events
+    ours = bool(track.isns) and target is not None and target.name == track.name
+    if not ours or target is None:
+        return [_changed(track, "incomplete", where, reason=(
+            "a pseudo-transaction of this request was lost: run the request again"))]
+    if track.attempt >= config.initial_state_max_attempts:
+        return [_changed(track, "failed", where, reason=(
+            f"incomplete after {track.attempt} request(s): ISN(s) {_short(missing)} of "
+            f"{track.dbid}/{track.fnr} never arrived"))]
+    events: Events = [_changed(track, "incomplete", where, reason=(
+        f"ISN(s) {_short(missing)} did not arrive: asked again"))]
+    return events + request(inst, target, {(track.dbid, track.fnr): missing}, (), config,
+                            where, reason=f"{track.request_id} incomplete",
+                            attempt=track.attempt + 1)
 
 
 def _track(inst: InstState, track: InstTrack, where: Where) -> list[InitialStateChanged]:
@@ -237,7 +330,7 @@ def _track(inst: InstState, track: InstTrack, where: Where) -> list[InitialState
 
 # --------------------------------------------------------------------------- replies
 def on_reply(inst: InstState, row: ElementRow, config: ReassemblyConfig,
-             where: Where) -> list[InitialStateChanged]:
+             where: Where) -> Events:
     """An INST/INIT, CMPL or ERRO reply: settle or start the request it answers."""
     st = row.char("urbsst")
     if row.char("urbsrt") != "INST" or st not in REPLY_STATUSES:
@@ -250,9 +343,16 @@ def on_reply(inst: InstState, row: ElementRow, config: ReassemblyConfig,
     if identity in inst.seen:
         return []
     inst.seen = [*inst.seen, identity][-SEEN_WINDOW:]
-    rsp, subc = row.num("urbsrsp"), row.num("urbssubc")
     if st == "INIT":
         return _init(inst, corr, row.num("urbstime"), config, where)
+    return _end(inst, corr, st, row, config, where)
+
+
+def _end(inst: InstState, corr: Correlation, st: str, row: ElementRow,
+         config: ReassemblyConfig, where: Where) -> Events:
+    """CMPL or ERRO: the request's end — completed, incomplete, refused (asked again later)
+    or failed."""
+    rsp, subc = row.num("urbsrsp"), row.num("urbssubc")
     track = _oldest(inst, corr, ("started", "sent", "overdue") if st == "CMPL"
                     else ("sent", "overdue", "started"))
     if track is None:
@@ -262,13 +362,37 @@ def on_reply(inst: InstState, row: ElementRow, config: ReassemblyConfig,
         if st == "CMPL" and not track.init_seen:  # its INIT is still to come: not a new one
             inst.settled_early = [*inst.settled_early, list(corr)][-MAX_TRACKED:]
     if st == "CMPL" and rsp == 0:
-        if track.incomplete:
-            return _incomplete(inst, track, config, where)
+        missing = track.missing()
+        if missing or track.incomplete:
+            return _incomplete(inst, track, missing or track.isns, config, where)
         if track.isns:
             inst.done = [*inst.done, track][-DONE_WINDOW:]
         return [_changed(track, "completed", where, reason="CMPL: initial-state processing "
                                                            "completed")]
+    if st == "ERRO" and (rsp, subc) == REFUSED_BUSY and track.isns:
+        return _refused(inst, track, config, where)
     return [_changed(track, "failed", where, rsp, subc, _failure(st, rsp, subc))]
+
+
+def _refused(inst: InstState, track: InstTrack, config: ReassemblyConfig, where: Where
+             ) -> Events:
+    """INST/ERRO 131/44 (too many requests active): the request goes back to the queue and is
+    sent again after a backoff — every file of it, as the whole message was refused."""
+    siblings = [t for t in inst.tracks if t.request_id == track.request_id]
+    for t in siblings:
+        inst.tracks.remove(t)
+    files = [track, *siblings]
+    if track.attempt >= config.initial_state_max_attempts:
+        return [_changed(track, "failed", where, *REFUSED_BUSY, reason=(
+            f"refused {track.attempt} time(s): {_failure('ERRO', *REFUSED_BUSY)}"))]
+    wait = config.initial_state_retry_ms * 2 ** (track.attempt - 1)
+    inst.queue.insert(0, Pending(
+        f"job:{inst.next_seq}", track.name, track.token,
+        tuple((t.dbid, t.fnr, t.isns) for t in sorted(files, key=lambda t: (t.dbid, t.fnr))),
+        (), f"{track.request_id} refused (131/44)", track.attempt + 1, where.now_ms + wait))
+    inst.next_seq += 1
+    return [_changed(track, "refused", where, *REFUSED_BUSY, reason=(
+        f"{_failure('ERRO', *REFUSED_BUSY)}: asked again in {wait // 1000} s"))]
 
 
 def _init(inst: InstState, corr: Correlation, urbstime: int, config: ReassemblyConfig,
@@ -286,7 +410,7 @@ def _init(inst: InstState, corr: Correlation, urbstime: int, config: ReassemblyC
     if track is None:
         track = _external(corr, urbstime, where)
         events += _track(inst, track, where)
-    track.state, track.init_seen = "started", True
+    track.state, track.init_seen, track.init_time = "started", True, urbstime
     track.deadline_ms = where.now_ms + config.initial_state_timeout_ms
     return [*events, _changed(track, "started", where,
                               reason="INIT: initial-state processing started")]
@@ -315,6 +439,11 @@ def _failure(st: str, rsp: int, subc: int) -> str:
     return f"{st}: response {rsp} subcode {subc} ({meaning})"
 
 
+def _short(values: tuple[int, ...], shown: int = 8) -> str:
+    text = ", ".join(map(str, values[:shown]))
+    return text + (f" … ({len(values)} in all)" if len(values) > shown else "")
+
+
 # --------------------------------------------------------------------------- timers
 def overdue(inst: InstState, config: ReassemblyConfig, where: Where) -> list[InitialStateChanged]:
     """Requests past their deadline: a warning once; they stay tracked for a late reply."""
@@ -333,4 +462,5 @@ def _changed(track: InstTrack, state: str, where: Where, rsp: int = 0, subcode: 
         subscription=where.subscription, destination=where.destination, epoch=where.epoch,
         request_id=track.request_id, state=state, name=track.name, dbid=track.dbid,
         fnr=track.fnr, token=track.token, rsp=rsp, subcode=subcode, reason=reason,
-        isn_count=track.isn_count, requested_at_ms=track.requested_ms, at_ms=where.now_ms)
+        isn_count=track.isn_count, requested_at_ms=track.requested_ms, at_ms=where.now_ms,
+        attempt=track.attempt)

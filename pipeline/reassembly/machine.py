@@ -12,9 +12,11 @@ key, overdue INST requests) at ``now_ms``; then the INST requests for the ISNs t
 resends left unverified (see initial_state.py).
 
 What a real transport (replicator, MQ, connector, Kafka) may do, and where it is handled:
-- re-produce old messages (connector at-least-once): transactions are judged by their commit
-  time (sequence.classify), status-only messages by their identity (numbering.Copies), a
-  message below the open transaction's message numbers is skipped whole;
+- re-produce old messages (connector at-least-once): transactions are judged by their tsnr
+  within the epoch and by when the replicator sent them (sequence.classify) — never by their
+  commit time, which is a database's clock — status-only messages by their identity
+  (numbering.Copies), a message below the open transaction's message numbers is skipped
+  whole;
 - carry destination-wide STRT/REST without a subscription name: the decode stage fans them out
   to every subscription of the destination; a restart counts only if sent after everything
   seen on the destination (a copy of an old STRT does not);
@@ -28,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from pipeline.reassembly import assembler, gaps, initial_state
+from pipeline.reassembly import assembler, gaps, initial_state, pseudo
 from pipeline.reassembly.config import ReassemblyConfig
 from pipeline.reassembly.events import (
     UNPLACED,
@@ -68,12 +70,13 @@ from pipeline.reassembly.sequence import (
     to_tsnr,
     unwrap,
 )
-from pipeline.reassembly.state import KeyState
+from pipeline.reassembly.state import EPOCH_STARTS, KeyState
 from pipeline.urb.codes import tran_reply_action
 
 DATA_EYES = frozenset({"URBT", "URBR", "URBD", "URBE", "URBC"})
 RESTART_STATUS = frozenset({"STRT", "REST"})
-DROPPED = frozenset({Verdict.DUPLICATE, Verdict.STALE, Verdict.REDELIVERY})
+DROPPED = frozenset({Verdict.DUPLICATE, Verdict.STALE, Verdict.REDELIVERY,
+                     Verdict.EARLIER_EPOCH})
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,8 +149,8 @@ class _Run:
         self.events: list[Event] = []
         # The message at hand started with a URBC that continued the open transaction.
         self.resumed = False
-        # fnr -> (ISNs, tsnrs) that resends landed in this step left unverified.
-        self.unverified: dict[int, tuple[set[int], set[int]]] = {}
+        # (dbid, fnr) -> (ISNs, tsnrs) that resends landed in this step left unverified.
+        self.unverified: dict[tuple[int, int], tuple[set[int], set[int]]] = {}
         # When the message at hand was sent (Unix ms): the storm breaker's clock.
         self.sent_ms: int | None = None
 
@@ -234,7 +237,7 @@ class _Run:
         tsnr = _tsnr_of(first)
         behind = 0 < first.urbhmsnr < max(p.msnrs) and first.topic == p.topic
         if first.eye == "URBC":
-            return tsnr != p.tsnr and (behind or self.st.window.contains_tsnr(tsnr))
+            return tsnr != p.tsnr and (behind or self._landed_here(tsnr))
         if behind:
             return True
         if first.eye == "URBT":
@@ -267,21 +270,41 @@ class _Run:
         if self.st.discard == tsnr:
             return False
         self.st.discard = tsnr
-        if self.st.window.contains_tsnr(tsnr):
+        if tsnr and self._landed_here(tsnr):
             self._duplicate(tsnr, "continuation of a transaction already landed", row)
         elif self._placed_before(tsnr):
             self._duplicate(tsnr, "continuation of a transaction placed before (redelivered)",
                             row)
-        elif self._sent_before_epoch(row):
+        elif self._sent_before_epoch(row.urbhtime):
             self._duplicate(tsnr, "continuation sent before the replicator restarted "
                             "(redelivered)", row)
+        elif tsnr == 0 and not self._fresh(row):
+            self._duplicate(0, "initial-state continuation delivered again", row)
         else:
             self._lost_event(tsnr, "continuation whose start was never received", row)
-            # treated as flagged: an orphan continuation is no evidence of a restart
-            self._mark_missing(tsnr, None, 0, True)
+            self._orphan_lost(tsnr, row)
         return False
 
-    def _sent_before_epoch(self, row: ElementRow) -> bool:
+    def _orphan_lost(self, tsnr: int, row: ElementRow) -> None:
+        """A continuation whose first message was lost: its transaction never lands — a gap
+        on its tsnr, or for a pseudo-transaction its INST request is incomplete."""
+        if tsnr == 0:
+            self.events.extend(initial_state.mark_incomplete(
+                self.st.inst, None, None, None, self.config, self._where()))
+            return
+        # treated as flagged: an orphan continuation is no evidence of a restart
+        self._mark_missing(tsnr, None, True, before=False, fresh=False)
+
+    def _fresh(self, row: ElementRow) -> bool:
+        """``row``'s message was sent after every message seen on the destination so far
+        (replicator time, the key's own topic): no copy of an earlier one."""
+        return row.home and row.urbhtime > self.st.newest_sent
+
+    def _landed_here(self, tsnr: int) -> bool:
+        """A transaction numbered ``tsnr`` landed in this epoch (the window's)."""
+        return self.st.window.contains_tsnr(tsnr, self.st.epoch)
+
+    def _sent_before_epoch(self, sent: int) -> bool:
         """The message was sent before the STRT/REST that began this epoch: a connector's
         redelivery from an earlier epoch, whose tsnr names another transaction.
 
@@ -292,7 +315,7 @@ class _Run:
         documents). Without this, such an orphan opened a false gap in the new epoch and
         the next STRT began an epoch too many.
         """
-        return bool(self.st.epoch_time) and 0 < row.urbhtime < self.st.epoch_time
+        return bool(self.st.epoch_time) and 0 < sent < self.st.epoch_time
 
     def _placed_before(self, tsnr: int) -> bool:
         """``tsnr`` lies behind the sequence and no gap waits for it: it was placed."""
@@ -382,7 +405,7 @@ class _Run:
             self._duplicate(tsnr, "transaction already landed", row)
             self.st.discard = tsnr
             return
-        self.st.partial = assembler.start(row, self.now)
+        self.st.partial = assembler.start(row, self.now, self.st.newest_sent)
 
     def _data(self, row: ElementRow) -> None:
         """URBR/URBD/URBE: add to the open transaction, or skip while discarding one."""
@@ -463,20 +486,24 @@ class _Run:
         self.st.epoch_time = max(row.urbhtime, row.num("urbstime"))
 
     def _trsp(self, row: ElementRow) -> None:
-        """A reply to a TRAN request: an error settles (or parks) its own tsnr only — the
-        resend buffer is circular, the other tsnrs of the gap may still come."""
+        """A reply to a TRAN request: response 0 confirms its tsnr's resend (asked again
+        only after ``confirmed_wait_ms``); an error settles (or parks) its own tsnr only —
+        the resend buffer is circular, the other tsnrs of the gap may still come."""
         token = self.config.request_token
         if token and row.char("urbsrtok") != token:
             return
         rsp, subc, tsnr = row.num("urbsrsp"), row.num("urbssubc"), row.num("urbstsnr")
         action = tran_reply_action(rsp, subc)
-        if action in ("ok", "retry") or self.st.next_u is None or tsnr == 0:
+        if action == "retry" or self.st.next_u is None or tsnr == 0:
             return
         if self.st.epoch_time and max(row.urbhtime, row.num("urbstime")) < self.st.epoch_time:
             return  # a reply from before the restart: its tsnr named another transaction
         u = unwrap(tsnr, self.st.next_u)
         gap = gaps.find(self.st.gaps, u)
         if gap is None:
+            return
+        if action == "ok":
+            gaps.confirm(gap, u, self.now)
             return
         if action == "park":
             gaps.park(gap, u)
@@ -499,11 +526,32 @@ class _Run:
         if sent == 0 or self.st.next_u is None:
             return
         u = unwrap(sent, self.st.next_u)
-        if self.st.next_u <= u < self.st.next_u + WRAP_ZONE:
+        if not self.st.next_u <= u < self.st.next_u + WRAP_ZONE:
+            return
+        u = self._sent_beside_open(u, sent, row)
+        if u >= self.st.next_u:
             last = to_tsnr(self.st.next_u - 1) if self.st.next_u > 1 else 0
             self._open_gap(self.st.next_u, u, f"STAT: the replicator sent up to tsnr {sent}, "
                            f"the last one received is {last}")
             self.st.next_u = u + 1
+
+    def _sent_beside_open(self, u: int, sent: int, row: ElementRow) -> int:
+        """The last position a SUBS shows lost, given the transaction in progress.
+
+        A status may come between two messages of one transaction: a SUBS naming that
+        transaction's tsnr is sent while its continuation is still to come (it is not lost
+        and must not be requested). A SUBS naming a later tsnr shows that its continuation
+        will never come — all of a transaction is sent before any of another (seed 001,
+        rule 12)."""
+        p = self.st.partial
+        if p is None or p.tsnr == 0 or p.stalled:
+            return u
+        pu = unwrap(p.tsnr, self.st.next_u)
+        if pu == u:
+            return u - 1
+        if self.st.next_u <= pu < u:
+            self._lose(f"STAT: the replicator sent tsnr {sent} after it", row)
+        return u
 
     def _reactivated(self) -> None:
         """The subscription is active again: tsnrs parked by TRSP 36 are asked for again."""
@@ -520,11 +568,11 @@ class _Run:
         if p.tsnr == 0:
             self._initial_state(p)
             return
-        verdict, u = self._place(p.tsnr, p.fp, p.head["urbtttim"], p.flagged)
-        if verdict in DROPPED and p.resend and self._late_fill_old_epoch(p):
+        verdict, u = self._place(p.tsnr, p.fp, p.flagged, self._before_epoch(p), p.fresh)
+        if verdict is Verdict.EARLIER_EPOCH and self._late_fill_earlier_epoch(p):
             return
         if verdict in DROPPED:
-            self._duplicate(p.tsnr, self._drop_reason(verdict, u), None, p)
+            self._duplicate(p.tsnr, self._drop_reason(verdict, u, p.tsnr), None, p)
             return
         assert u is not None
         if verdict is Verdict.LATE_FILL:
@@ -533,7 +581,7 @@ class _Run:
         self._advance(verdict, u, "transaction(s) never received")
         origin = "resend" if p.resend else "live"
         txn = assembler.finish(p, self.key, self.st.epoch, origin, self.now)
-        self.st.window.add(p.tsnr, p.fp)
+        self.st.window.add(p.tsnr, p.fp, self.st.epoch)
         barrier = gaps.hold_barrier(self.st.gaps)
         if barrier is not None and u > barrier:
             self._hold(u, txn)
@@ -542,35 +590,46 @@ class _Run:
         self._release_held()
 
     def _initial_state(self, p: assembler.Partial) -> None:
-        """A pseudo-transaction (tsnr 0): outside the sequence, landed once."""
-        if self.st.inst.landed_before(assembler.initial_state_fingerprint(p)):
+        """A pseudo-transaction (tsnr 0): outside the sequence, landed once (``pseudo``)."""
+        if pseudo.is_copy(self.st.inst, p):
             self._duplicate(0, "initial-state pseudo-transaction delivered again", None, p)
             return
+        pseudo.note_received(self.st.inst, p)
         self._land(assembler.finish(p, self.key, self.st.epoch, "initial_state", self.now))
 
-    def _place(self, tsnr: int, fp: int | None, commit: int,
-               flagged: bool) -> tuple[Verdict, int | None]:
-        """Classify a tsnr; a restart begins the new epoch and classifies again within it."""
-        verdict, u = classify(tsnr, fp, commit, flagged, self._sequence())
+    def _place(self, tsnr: int, fp: int | None, flagged: bool, before: bool, fresh: bool
+               ) -> tuple[Verdict, int | None]:
+        """Classify a tsnr; a restart begins the new epoch and classifies again within it.
+
+        ``before``: sent before this epoch began; ``fresh``: its message is newer than every
+        message seen on the destination (``sequence.Sequence``)."""
+        verdict, u = classify(tsnr, fp, flagged, self._sequence(before, fresh))
         if verdict is Verdict.RESTART:
-            self._new_epoch("tsnr back to 1" if tsnr == 1 else f"tsnr went back to {tsnr} "
-                            "with a newer commit time")
-            verdict, u = classify(tsnr, fp, commit, flagged, self._sequence())
-        if verdict in (Verdict.BASELINE, Verdict.NEXT, Verdict.AHEAD, Verdict.FILL,
-                       Verdict.LATE_FILL) and commit:
-            self.st.newest_commit = max(self.st.newest_commit or 0, commit)
+            self._new_epoch(("tsnr back to 1" if tsnr == 1 else f"tsnr went back to {tsnr}")
+                            + " in a message sent after every one seen (no STRT/REST seen)")
+            # the restart came after everything seen, before this message
+            self.st.epoch_time = self.st.newest_sent + 1
+            verdict, u = classify(tsnr, fp, flagged, self._sequence(False, fresh))
         return verdict, u
 
-    def _sequence(self) -> Sequence:
+    def _sequence(self, before: bool, fresh: bool) -> Sequence:
         st = self.st
-        return Sequence(st.next_u, st.window, st.newest_commit, self._is_missing,
-                        self._is_settled, st.epoch_floor)
+        return Sequence(st.next_u, st.window, st.epoch, self._is_missing, self._is_settled,
+                        fresh=fresh, before_epoch=before)
+
+    def _before_epoch(self, p: assembler.Partial) -> bool:
+        """The transaction was sent before the restart that began this epoch — or, for a
+        resend, processed before it (URBTPTIM: a resend keeps the original's URBT): an
+        earlier epoch's, whose tsnr names another transaction here. Both are the
+        replicator's clock, the STRT/REST's too."""
+        if self._sent_before_epoch(p.sent_time):
+            return True
+        return p.resend and self._sent_before_epoch(p.head["urbtptim"])
 
     def _flagged_repeat(self, tsnr: int) -> bool:
-        """A resend of a tsnr the window has landed, unless an open gap waits for that tsnr
-        (the window is not epoch-aware: after a restart it still holds the old epoch's)."""
+        """A resend of a tsnr landed in this epoch, unless an open gap waits for it."""
         st = self.st
-        if not st.window.contains_tsnr(tsnr):
+        if not self._landed_here(tsnr):
             return False
         return st.next_u is None or not (self._is_missing(unwrap(tsnr, st.next_u))
                                          or self._is_settled(unwrap(tsnr, st.next_u)))
@@ -604,10 +663,10 @@ class _Run:
             self._open_gap(start, end, reason, request)
         st.next_u = max(st.next_u or 0, u + 1)
 
-    def _mark_missing(self, tsnr: int, fp: int | None, commit: int, flagged: bool,
-                      request: bool = True) -> None:
+    def _mark_missing(self, tsnr: int, fp: int | None, flagged: bool, before: bool,
+                      fresh: bool, request: bool = True) -> None:
         """A transaction that will not land (lost, inconsistent, too big): a gap on its tsnr."""
-        verdict, u = self._place(tsnr, fp, commit, flagged)
+        verdict, u = self._place(tsnr, fp, flagged, before, fresh)
         if u is None or verdict in DROPPED or verdict in (Verdict.INITIAL, Verdict.LATE_FILL):
             return
         self._advance(verdict, u, f"transaction {tsnr} could not be landed", through=True,
@@ -621,8 +680,9 @@ class _Run:
         self._withdraw_requests(previous)
         for gap in list(st.gaps):
             self._settle_all(gap, f"replicator restarted ({reason})")
+        st.epoch_starts = [*st.epoch_starts, [st.epoch, st.epoch_time]][-EPOCH_STARTS:]
         st.epoch += 1
-        st.next_u, st.epoch_fresh, st.epoch_floor = 1, True, st.newest_commit
+        st.next_u, st.epoch_fresh = 1, True
         st.base_u = 1
         self.events.append(EpochStarted(
             subscription=self.subscription, destination=self.destination, epoch=st.epoch,
@@ -659,16 +719,23 @@ class _Run:
         self.events.extend(opening.events)
         self.st.count("gaps_opened")
         if tripped:
-            self.events.append(StormTripped(
-                subscription=self.subscription, destination=self.destination,
-                epoch=self.st.epoch, gaps=len(self.st.storm.recent),
-                tsnrs=self.st.storm.tsnrs, window_ms=self.config.storm_window_ms,
-                at_ms=self.now))
+            self._storm_tripped()
         while len(self.st.gaps) > self.config.max_open_gaps:
             self._settle_all(self.st.gaps[0], "too many open gaps (max_open_gaps)")
 
     def _request(self, gap: gaps.Gap) -> None:
-        self.events.append(gaps.request_round(gap, self.now, self.config, self.key))
+        self._gap_event(gap, gaps.request_round(gap, self.now, self.config, self.key))
+
+    def _storm_note(self, tsnrs: int, gap: bool) -> None:
+        """Count requested tsnrs for the storm breaker (a retry round: at processing time)."""
+        if self.st.storm.note(self.now, tsnrs, self.config, gap):
+            self._storm_tripped()
+
+    def _storm_tripped(self) -> None:
+        self.events.append(StormTripped(
+            subscription=self.subscription, destination=self.destination,
+            epoch=self.st.epoch, gaps=self.st.storm.gaps, tsnrs=self.st.storm.tsnrs,
+            window_ms=self.config.storm_window_ms, at_ms=self.now))
 
     def _fill(self, u: int) -> None:
         gap = gaps.find(self.st.gaps, u)
@@ -689,7 +756,11 @@ class _Run:
         if event is None:
             return
         self.events.append(event)
-        if isinstance(event, GapRequested) or gap not in self.st.gaps:
+        if isinstance(event, GapRequested):
+            if event.attempt > 1:  # a retry round: its tsnrs count for the storm breaker
+                self._storm_note(len(event.tsnrs), gap=False)
+            return
+        if gap not in self.st.gaps:
             return
         if gap.done:
             self.st.gaps.remove(gap)
@@ -704,7 +775,7 @@ class _Run:
         origin = "resend" if p.resend else "live"
         txn = assembler.finish(p, self.key, epoch, origin, self.now)
         if epoch == self.st.epoch:
-            self.st.window.add(p.tsnr, p.fp)
+            self.st.window.add(p.tsnr, p.fp, epoch)
         self._land(txn)
         self.st.count("late_fills")
         if gap is not None:  # an open gap: the position counts as filled after all
@@ -720,18 +791,25 @@ class _Run:
             opened_at_ms=self.now, reason=f"transaction {p.tsnr} arrived after its gap was "
             f"settled: landed", at_ms=self.now, settled=tuple(remaining), tsnr=p.tsnr))
 
-    def _late_fill_old_epoch(self, p: assembler.Partial) -> bool:
-        """A resend (URBTPTRN) of a tsnr settled in an earlier epoch, committed before this
-        epoch began: it belongs there and lands there."""
-        commit, floor = p.head["urbtttim"], self.st.epoch_floor
-        if floor is None or not commit or commit > floor:
+    def _late_fill_earlier_epoch(self, p: assembler.Partial) -> bool:
+        """A transaction of an earlier epoch (sent before this one began) whose tsnr was
+        settled there: it never landed, so it lands there now."""
+        sent = [t for t in (p.sent_time, p.head["urbtptim"] if p.resend else 0)
+                if 0 < t < self.st.epoch_time]
+        epoch = self._epoch_at(min(sent)) if sent else None
+        found = None if epoch is None else self.st.given_up.find_tsnr(p.tsnr, epoch)
+        if epoch is None or found is None:
             return False
-        found = self.st.given_up.find_tsnr(p.tsnr, self.st.epoch)
-        if found is None:
-            return False
-        epoch, u, _gap_id = found
-        self._late_fill(u, p, epoch)
+        self._late_fill(found[0], p, epoch)
         return True
+
+    def _epoch_at(self, stck: int) -> int | None:
+        """The earlier epoch that was current when the replicator sent at ``stck`` (None:
+        older than the epochs remembered)."""
+        for epoch, began in reversed(self.st.epoch_starts):
+            if began <= stck:
+                return epoch
+        return None
 
     # ----------------------------------------------------------------- landing
     def _land(self, txn: TransactionComplete) -> None:
@@ -747,17 +825,19 @@ class _Run:
         target = self.config.initial_state_for(self.subscription)
         if target is None:
             return
-        for fnr, isns in initial_state.unverified_isns(txn, target).items():
-            wanted, tsnrs = self.unverified.setdefault(fnr, (set(), set()))
+        for file, isns in initial_state.unverified_isns(txn, target).items():
+            wanted, tsnrs = self.unverified.setdefault(file, (set(), set()))
             wanted |= isns
             tsnrs.add(txn.tsnr)
 
     def request_initial_states(self) -> None:
-        """INST request messages (every file of the definition) for this step's resends."""
+        """INST request messages (every file of the definition) for this step's resends,
+        and those waiting in the queue that pacing lets go now."""
         target = self.config.initial_state_for(self.subscription)
         if target is None or not self.unverified:
+            self.events.extend(initial_state.dispatch(self.st.inst, self.config, self._where()))
             return
-        isns = {fnr: wanted for fnr, (wanted, _) in self.unverified.items()}
+        isns = {file: wanted for file, (wanted, _) in self.unverified.items()}
         tsnrs = {t for _, ts in self.unverified.values() for t in ts}
         self.events.extend(initial_state.request(self.st.inst, target, isns, tsnrs,
                                                  self.config, self._where()))
@@ -802,7 +882,8 @@ class _Run:
             self.events.extend(initial_state.mark_incomplete(
                 self.st.inst, p.token, p.head["urbtdbid"], fnr, self.config, self._where()))
         else:
-            self._mark_missing(p.tsnr, p.fp, p.head["urbtttim"], p.flagged, request)
+            self._mark_missing(p.tsnr, p.fp, p.flagged, self._before_epoch(p), p.fresh,
+                               request)
 
     def _lost_event(self, tsnr: int, reason: str, row: ElementRow | None,
                     p: assembler.Partial | None = None) -> None:
@@ -871,15 +952,19 @@ class _Run:
             details=dict(row.fields)))
         self.st.count("inconsistent")
 
-    def _drop_reason(self, verdict: Verdict, u: int | None) -> str:
+    def _drop_reason(self, verdict: Verdict, u: int | None, tsnr: int) -> str:
         """Why a transaction is dropped. A "redelivery" below the epoch's first placed
         position was never landed here: the topic is out of order or the connector delivered
-        again what came before the job's first message (``sequence.classify``'s order
-        assumption failed). It is still not landed — its commit time cannot tell it from a
-        copy — but :data:`UNPLACED` makes the duplicates row an alert."""
+        again what came before the job's first message. So was one whose number a *different*
+        transaction of this epoch carries (same tsnr, other content). Neither can be told
+        from a copy by its position, so neither lands, but :data:`UNPLACED` makes the
+        duplicates row an alert."""
         base = self.st.base_u
         if verdict is Verdict.REDELIVERY and u is not None and base is not None and u < base:
             return f"{UNPLACED}: below tsnr {to_tsnr(base)}, the first placed in this epoch"
+        if verdict is Verdict.REDELIVERY and self._landed_here(tsnr):
+            return (f"{UNPLACED}: another transaction numbered {tsnr} landed in this epoch "
+                    "(other commit time, record count or database)")
         return _DROP_REASON[verdict]
 
     def _duplicate(self, tsnr: int, reason: str, row: ElementRow | None,
@@ -953,7 +1038,9 @@ class _Run:
 _DROP_REASON = {
     Verdict.DUPLICATE: "duplicate: already landed",
     Verdict.STALE: "stale: a resend of a tsnr behind the sequence that no gap waits for",
-    Verdict.REDELIVERY: "redelivered: committed no later than the newest transaction placed",
+    Verdict.REDELIVERY: "redelivered: behind the sequence, placed already in this epoch",
+    Verdict.EARLIER_EPOCH: "redelivered: sent before the replicator restarted (an earlier "
+                           "epoch's transaction)",
 }
 
 

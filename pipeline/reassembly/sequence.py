@@ -48,42 +48,60 @@ def fingerprint(commit_time: int, record_count: int, dbid: int) -> int:
 
 
 class DupWindow:
-    """The last N landed (tsnr, fingerprint) pairs: enough to drop duplicates, never history."""
+    """The last N landed (tsnr, fingerprint) pairs: enough to drop duplicates, never history.
 
-    __slots__ = ("_entries", "_pairs", "_tsnrs", "size")
+    A pair is a transaction's identity in any epoch (its fingerprint holds the commit time).
+    A tsnr alone names a transaction only within an epoch — after STRT/REST numbering starts
+    at 1 again (seed 001, rule 16) — so ``contains_tsnr`` asks about the window's newest
+    epoch only: ``epoch`` is the epoch of the last ``current`` entries (entries are added in
+    epoch order: only the key's current epoch lands into the window)."""
 
-    def __init__(self, size: int, entries: list[tuple[int, int]] | None = None) -> None:
+    __slots__ = ("_entries", "_pairs", "_tsnrs", "current", "epoch", "size")
+
+    def __init__(self, size: int, entries: list[tuple[int, int]] | None = None,
+                 epoch: int = 0, current: int | None = None) -> None:
         self.size = size
         self._entries: deque[tuple[int, int]] = deque()
         self._pairs: dict[tuple[int, int], int] = {}
         self._tsnrs: dict[int, int] = {}
-        for tsnr, fp in entries or ():
-            self.add(tsnr, fp)
+        self.epoch = epoch
+        self.current = 0
+        self.extend(list(entries or ()), epoch)
+        if current is not None:
+            self._recount_current(min(current, len(self._entries)))
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def contains(self, tsnr: int, fp: int | None) -> bool:
+        """The very transaction (tsnr and content) landed, in any epoch."""
         return fp is not None and (tsnr, fp) in self._pairs
 
-    def contains_tsnr(self, tsnr: int) -> bool:
-        return tsnr in self._tsnrs
+    def contains_tsnr(self, tsnr: int, epoch: int) -> bool:
+        """A transaction numbered ``tsnr`` landed in ``epoch`` (among the window's)."""
+        return epoch == self.epoch and tsnr in self._tsnrs
 
-    def add(self, tsnr: int, fp: int) -> None:
+    def add(self, tsnr: int, fp: int, epoch: int) -> None:
+        self._enter(epoch)
         self._entries.append((tsnr, fp))
+        self.current += 1
         _bump(self._pairs, (tsnr, fp), 1)
         _bump(self._tsnrs, tsnr, 1)
         self.resize(self.size)
 
-    def extend(self, pairs: list[tuple[int, int]]) -> None:
+    def extend(self, pairs: list[tuple[int, int]], epoch: int) -> None:
         """``add`` each pair in turn, trimming once (the fast path lands thousands a call).
 
         Why two ways: counting a pair in and, later, out is four dict updates in Python per
         landed transaction (~10 % of a busy key's call); recounting the whole window is done
         in C (``Counter``). So a batch of at least a sixteenth of the window recounts it."""
+        if not pairs:
+            return
+        self._enter(epoch)
         entries = self._entries
         entries.extend(pairs[-self.size:])
         if len(pairs) * 16 < self.size:
+            self.current += len(pairs)
             for pair in pairs:
                 _bump(self._pairs, pair, 1)
                 _bump(self._tsnrs, pair[0], 1)
@@ -92,30 +110,47 @@ class DupWindow:
         for _ in range(len(entries) - self.size):
             entries.popleft()
         self._pairs = dict(Counter(entries))
-        self._tsnrs = dict(Counter(map(itemgetter(0), entries)))
+        self._recount_current(min(self.current + len(pairs), len(entries)))
+
+    def _enter(self, epoch: int) -> None:
+        """Entries of a newer epoch follow: the tsnrs landed so far name other transactions."""
+        if epoch != self.epoch:
+            self.epoch, self.current, self._tsnrs = epoch, 0, {}
+
+    def _recount_current(self, current: int) -> None:
+        self.current = current
+        newest = list(self._entries)[len(self._entries) - current:]
+        self._tsnrs = dict(Counter(map(itemgetter(0), newest)))
 
     def resize(self, size: int) -> None:
         """Apply a (possibly changed) configured size, forgetting the oldest entries."""
         self.size = size
         while len(self._entries) > self.size:
+            in_current = len(self._entries) <= self.current
             old = self._entries.popleft()
             _bump(self._pairs, old, -1)
-            _bump(self._tsnrs, old[0], -1)
+            if in_current:
+                self.current -= 1
+                _bump(self._tsnrs, old[0], -1)
 
     def to_obj(self) -> bytes:
         """Packed big-endian (tsnr, fingerprint) pairs: 8 bytes per entry."""
         return b"".join(struct.pack(">II", t, f) for t, f in self._entries)
 
     @classmethod
-    def from_obj(cls, size: int, packed: bytes) -> DupWindow:
+    def from_obj(cls, size: int, packed: bytes, epoch: int = 0,
+                 current: int | None = None) -> DupWindow:
+        """From ``to_obj`` and the window's epoch; ``current`` None (a state written before
+        epochs were kept): every entry counts as the epoch's."""
         pairs = [struct.unpack_from(">II", packed, i) for i in range(0, len(packed), 8)]
-        return cls(size, pairs[-size:])
+        return cls(size, pairs[-size:], epoch, current)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, DupWindow) and list(self._entries) == list(other._entries)
+        return (isinstance(other, DupWindow) and list(self._entries) == list(other._entries)
+                and (self.epoch, self.current) == (other.epoch, other.current))
 
     def __deepcopy__(self, memo: dict) -> DupWindow:
-        return DupWindow(self.size, list(self._entries))
+        return DupWindow(self.size, list(self._entries), self.epoch, self.current)
 
 
 def _bump(counts: dict, key: object, delta: int) -> None:
@@ -131,89 +166,73 @@ class Verdict(StrEnum):
 
     INITIAL = "initial"          # tsnr 0: initial-state data, outside the sequence
     DUPLICATE = "duplicate"      # in the window (same content), or flagged resend of a landed tsnr
-    REDELIVERY = "redelivery"    # committed no later than what landed: a copy from the transport
+    REDELIVERY = "redelivery"    # behind the sequence, placed already: a copy from the transport
+    EARLIER_EPOCH = "earlier_epoch"  # sent before the restart that began this epoch
     STALE = "stale"              # flagged resend behind the sequence, neither missing nor recent
     BASELINE = "baseline"        # first tsnr ever seen for the key: starts the sequence
     NEXT = "next"                # exactly the next expected tsnr
     AHEAD = "ahead"              # later than expected: the tsnrs between are missing
     FILL = "fill"                # a tsnr that an open gap is waiting for
     LATE_FILL = "late_fill"      # a tsnr of an ended gap, settled as lost: it lands after all
-    RESTART = "restart"          # going back with a newer commit time: a new epoch
+    RESTART = "restart"          # a new message going back: numbering restarted (no STRT seen)
 
 
 @dataclass(frozen=True, slots=True)
 class Sequence:
-    """What a tsnr is judged against: the key's sequence as it stands."""
+    """What a tsnr is judged against: the key's sequence as it stands, and what the
+    transaction's message says of itself (both from the replicator's one clock)."""
 
     next_u: int | None
     window: DupWindow
-    newest_commit: int | None        # newest URBTTTIM placed (any epoch); None: none yet
+    epoch: int
     is_missing: Callable[[int], bool]
     is_settled: Callable[[int], bool]
-    floor: int | None = None         # newest URBTTTIM placed before this epoch began
+    #: its message was sent (URBHTIME) after every message seen on the destination: not a
+    #: copy the transport delivered again
+    fresh: bool = False
+    #: it was sent (or, for a resend, processed) before the STRT/REST that began this epoch
+    before_epoch: bool = False
 
 
-def classify(tsnr: int, fp: int | None, commit: int, flagged: bool,
-             seq: Sequence) -> tuple[Verdict, int | None]:
+def classify(tsnr: int, fp: int | None, flagged: bool, seq: Sequence
+             ) -> tuple[Verdict, int | None]:
     """Decide what a tsnr means; returns the verdict and the unwrapped position if any.
 
+    Within an epoch a tsnr names one transaction (the replicator numbers a subscription's
+    transactions in the order it receives them; seed 001), so identity decides, never the
+    commit time: URBTTTIM comes from the database's clock, a subscription may cover
+    databases on machines whose clocks are not comparable (seed 001, "About Output Message
+    Time Stamps"; seed 000, ``SFILE``/``SFDBID``), and cluster nuclei commit concurrently.
+
     Evidence, in this order (a transaction already accounted for is never taken for new):
-    the duplicate window; an open gap waiting for the position (FILL) or a settled one
-    (LATE_FILL) — unless committed before this epoch began (``floor``): an earlier epoch's
-    transaction with the same number is not this one; then the commit time (URBTTTIM).
-    The replicator sends a subscription's transactions in commit order (seed 001: tsnrs
-    count them), so a transaction committed no later than the newest one placed was placed
-    already: a copy a connector re-produced after a failure (at-least-once), however far
-    back, is a REDELIVERY — never a restart and never a gap. Only a tsnr going back with a
-    *newer* commit time is a restart.
-
-    The rule also assumes the transport keeps the order the replicator sent in, within a
-    partition: an MQ queue is FIFO, and Kafka keeps a producer's order when retries cannot
-    overtake (``enable.idempotence`` or ``max.in.flight.requests.per.connection=1``). Kafka
-    Connect's producers run without idempotence unless told (KAFKA-13759), librdkafka's too:
-    a retried batch can be written after later ones, and its transactions then arrive
-    "committed before the newest placed" and are kept in ``duplicates``, not landed. Mid-
-    stream such a late tsnr fills the gap its successor opened; below the first tsnr placed
-    in the epoch it cannot be told from a copy, so the machine marks it ``never landed`` and
-    alerts (``transaction_unplaced``; the destination's message numbers give
-    ``messages_unseen``) — tests/integration/test_fast_path.py
-    ``test_a_topic_whose_first_messages_were_written_late_loses_them_on_both_paths_and_tells``
-    shows it; README "How replicator output reaches Kafka" asks for the producer settings.
-
-    Mistakes of this rule are on the safe side: a new transaction taken for a redelivery
-    (two commits at the same STCK instant) leaves its tsnr missing, the next one opens a gap
-    and the resend fills it. ``flagged`` (URBTRSND/URBTPTRN) never starts an epoch. A commit
-    time of 0 (not set) is no evidence either way.
+    the duplicate window (tsnr and content, any epoch); a message sent before the epoch's
+    STRT/REST belongs to an earlier epoch; an open gap waiting for the position (FILL) or a
+    settled one (LATE_FILL); a flagged resend of a tsnr landed in this epoch. Then the
+    position: the next one or ahead is new, whatever its commit time. Behind the sequence,
+    every position was placed, is missing or was settled, so one that is neither missing
+    nor settled was placed: a copy (REDELIVERY) — unless its message is new (sent after
+    everything seen on the destination, by the replicator's clock): a copy keeps the
+    original's URBHTIME, so numbering restarted without a STRT/REST the job saw (RESTART).
+    ``flagged`` (URBTRSND/URBTPTRN: "may have been sent before") never starts an epoch.
     """
     if tsnr == 0:
         return Verdict.INITIAL, None
     if seq.window.contains(tsnr, fp):
         return Verdict.DUPLICATE, None
-    older = bool(commit) and seq.newest_commit is not None and commit <= seq.newest_commit
+    if seq.before_epoch:
+        return Verdict.EARLIER_EPOCH, None
     if seq.next_u is None:
-        if flagged and seq.window.contains_tsnr(tsnr):
-            return Verdict.DUPLICATE, None
-        return (Verdict.REDELIVERY, None) if older else (Verdict.BASELINE, tsnr)
+        return Verdict.BASELINE, tsnr
     u = unwrap(tsnr, seq.next_u)
-    # A tsnr an open gap waits for is filled even when an older epoch landed the same tsnr:
-    # the window is not epoch-aware, the gap is (and the floor tells the epochs apart).
-    earlier = bool(commit) and seq.floor is not None and commit <= seq.floor
-    if seq.is_missing(u) and not earlier:
+    if seq.is_missing(u):
         return Verdict.FILL, u
-    if seq.is_settled(u) and not earlier:
+    if seq.is_settled(u):
         return Verdict.LATE_FILL, u
-    if flagged and seq.window.contains_tsnr(tsnr):
+    if flagged and seq.window.contains_tsnr(tsnr, seq.epoch):
         return Verdict.DUPLICATE, None
-    if older:
-        return Verdict.REDELIVERY, u
-    return _position(tsnr, u, seq.next_u, flagged)
-
-
-def _position(tsnr: int, u: int, next_u: int, flagged: bool) -> tuple[Verdict, int | None]:
-    """A transaction newer than everything placed: next, ahead, or (going back) a restart."""
-    if u == next_u:
-        return Verdict.NEXT, u
-    back = u < next_u or (tsnr == 1 and u - next_u > WRAP_ZONE)
+    back = u < seq.next_u or (tsnr == 1 and u - seq.next_u > WRAP_ZONE)
     if not back:
-        return Verdict.AHEAD, u
-    return (Verdict.STALE, u) if flagged else (Verdict.RESTART, None)
+        return (Verdict.NEXT if u == seq.next_u else Verdict.AHEAD), u
+    if flagged:
+        return Verdict.STALE, u
+    return (Verdict.RESTART, None) if seq.fresh else (Verdict.REDELIVERY, u)

@@ -51,14 +51,13 @@ class GivenUp:
                  if e == epoch and a <= hi and b >= lo]
         return min(found) if found else None
 
-    def find_tsnr(self, tsnr: int, before_epoch: int) -> tuple[int, int, str] | None:
-        """(epoch, position, gap id) of wire ``tsnr`` settled in an epoch before
-        ``before_epoch`` (newest epoch first), or None."""
+    def find_tsnr(self, tsnr: int, epoch: int) -> tuple[int, str] | None:
+        """(position, gap id) of wire ``tsnr`` settled in ``epoch``, or None."""
         for e, lo, hi, gap_id in reversed(self.ranges):
-            if e < before_epoch:
+            if e == epoch:
                 u = unwrap(tsnr, lo)
                 if lo <= u <= hi and to_tsnr(u) == tsnr:
-                    return e, u, gap_id
+                    return u, gap_id
         return None
 
     def remove(self, epoch: int, u: int) -> None:

@@ -26,6 +26,7 @@ from pipeline.reassembly.storm import Storm
 MAGIC = b"RA"
 VERSION = 1
 DEFAULT_WINDOW = 1024
+EPOCH_STARTS = 16
 
 
 @dataclass(slots=True)
@@ -54,9 +55,12 @@ class KeyState:
     inst: InstState = field(default_factory=InstState)  # INST requests asked and tracked
     newest_sent_ms: int | None = None  # newest URBHTIME (Unix ms, UTC) seen on the destination
     newest_sent: int = 0               # the same, raw STCK (restarts compare to the tick)
-    newest_commit: int | None = None   # newest URBTTTIM (raw STCK) placed, over all epochs
-    epoch_floor: int | None = None     # newest URBTTTIM placed before the epoch began
-    epoch_time: int = 0                # STCK of the STRT/REST that began the epoch (0: none)
+    #: STCK (replicator time) the epoch began at: its STRT/REST, or just after the newest
+    #: message seen before a new message numbered from 1 again (0: no restart seen)
+    epoch_time: int = 0
+    #: [epoch, epoch_time] of the epochs before this one, newest last (at most EPOCH_STARTS):
+    #: which epoch a message sent before this one began belongs to
+    epoch_starts: list[list[int]] = field(default_factory=list)
     given_up: GivenUp = field(default_factory=GivenUp)  # settled tsnrs of ended gaps
     storm: Storm = field(default_factory=Storm)
     stat: StatTrack = field(default_factory=StatTrack)
@@ -87,13 +91,13 @@ class KeyState:
             "epoch": self.epoch, "next_u": self.next_u, "fresh": self.epoch_fresh,
             "base": self.base_u,
             "wsize": self.window.size, "window": _put(blob, self.window.to_obj()),
+            "wepoch": self.window.epoch, "wcurrent": self.window.current,
             "partial": _partial_obj(self.partial, blob) if self.partial else None,
             "discard": self.discard, "gaps": [g.to_obj() for g in self.gaps],
             "held": [[u, _txn_obj(t, blob)] for u, t in self.held],
             "counters": self.counters, "inst": self.inst.to_obj(),
             "sent_ms": self.newest_sent_ms, "sent": self.newest_sent,
-            "commit": self.newest_commit,
-            "floor": self.epoch_floor, "epoch_time": self.epoch_time,
+            "epoch_time": self.epoch_time, "epoch_starts": self.epoch_starts,
             "given_up": self.given_up.to_obj(), "storm": self.storm.to_obj(),
             "stat": self.stat.to_obj(), "numbering": self.numbering.to_obj(),
             "copies": self.copies.to_obj(),
@@ -114,16 +118,16 @@ class KeyState:
         return cls(
             epoch=doc["epoch"], next_u=doc["next_u"], epoch_fresh=doc["fresh"],
             base_u=doc.get("base"),  # absent in states written before: no evidence
-            window=DupWindow.from_obj(doc["wsize"], _get(blob, doc["window"])),
+            window=DupWindow.from_obj(doc["wsize"], _get(blob, doc["window"]),
+                                      doc.get("wepoch", doc["epoch"]), doc.get("wcurrent")),
             partial=_partial_from(partial, blob) if partial else None,
             discard=doc["discard"], gaps=[Gap.from_obj(g) for g in doc["gaps"]],
             held=[(u, _txn_from(t, blob)) for u, t in doc["held"]],
             counters=dict(doc["counters"]),
             inst=InstState.from_obj(doc.get("inst")),  # absent in states written before INST
             newest_sent_ms=doc.get("sent_ms"), newest_sent=doc.get("sent", 0),
-            # absent in states written before commit-time redelivery checks: their defaults
-            newest_commit=doc.get("commit"), epoch_floor=doc.get("floor"),
             epoch_time=doc.get("epoch_time", 0),
+            epoch_starts=[list(e) for e in doc.get("epoch_starts", [])],
             given_up=GivenUp.from_obj(doc.get("given_up")),
             storm=Storm.from_obj(doc.get("storm")), stat=StatTrack.from_obj(doc.get("stat")),
             numbering=Numbering.from_obj(doc.get("numbering")),
@@ -153,7 +157,8 @@ def _images_from(objs: list[list], blob: memoryview) -> list[ImageOut]:
 
 
 _PARTIAL_PLAIN = ("tsnr", "head", "token", "sent_time", "topic", "first", "last", "cont",
-                  "touched_ms", "dsnr", "nimg", "nbytes", "msnrs", "last_sent", "stalled")
+                  "touched_ms", "dsnr", "nimg", "nbytes", "msnrs", "last_sent", "stalled",
+                  "fresh")
 
 
 def _partial_obj(p: Partial, blob: bytearray) -> dict:

@@ -84,7 +84,8 @@ GAP_STATES = {GapOpened: "open", GapRequested: "requested", GapFilled: "filled",
 GAP_SEVERITY = {"open": "warning", "requested": "warning", "filled": "info",
                 "filled_late": "info", "lost": "warning"}
 INST_SEVERITY = {"requested": "info", "started": "info", "completed": "info",
-                 "overdue": "warning", "incomplete": "warning", "failed": "critical"}
+                 "overdue": "warning", "incomplete": "warning", "refused": "warning",
+                 "failed": "critical"}
 _INST_COLUMNS = {"initial_state": None, "dbid": None, "fnr": None, "isns": None,
                  "request_id": None}
 
@@ -273,24 +274,24 @@ def _requests(e: GapRequested, out: Rows) -> None:
 def _inst_requested(e: InitialStateRequested, now_ms: int, out: Rows) -> None:
     """One INST request message: a row per file (the sink sends them as one message with a
     URBI each), and its info alert."""
-    for fnr, isns in e.files:
+    for dbid, fnr, isns in e.files:
         out["requests"].append({
             **_names(e), "tsnr": None, "token": e.token,
-            "reply_destination": e.reply_destination, "attempt": 1, "gap_id": None,
+            "reply_destination": e.reply_destination, "attempt": e.attempt, "gap_id": None,
             "requested_at": ms_to_datetime(e.at_ms),
             "idempotency_key": f"{e.destination}|{e.subscription}|INST|{e.request_id}",
-            "kind": "INST", "initial_state": e.name, "dbid": e.dbid, "fnr": fnr,
+            "kind": "INST", "initial_state": e.name, "dbid": dbid, "fnr": fnr,
             "isns": list(isns), "request_id": e.request_id,
         })
-    files = ", ".join(f"{e.dbid}/{fnr}" for fnr, isns in e.files if isns)
+    files = ", ".join(f"{dbid}/{fnr}" for dbid, fnr, isns in e.files if isns)
     why = f"after {e.reason}" if e.reason else f"resent transaction(s) {_short(e.tsnrs)}"
     _alert(out, e, "initial_state_requested", "info",
            f"initial state {e.name} requested for {e.isn_count} ISN(s) of file(s) {files} "
            f"({why})", f"{e.request_id}|requested",
            {"request_id": e.request_id, "state": "requested", "initial_state": e.name,
-            "dbid": e.dbid, "files": {str(f): len(i) for f, i in e.files}, "token": e.token,
+            "files": {f"{d}/{f}": len(i) for d, f, i in e.files}, "token": e.token,
             "isn_count": e.isn_count, "tsnrs": list(e.tsnrs), "rsp": 0, "subcode": 0,
-            "reason": e.reason, "requested_at_ms": e.at_ms})
+            "reason": e.reason, "attempt": e.attempt, "requested_at_ms": e.at_ms})
 
 
 def _stat_requested(e: StatRequested, now_ms: int, out: Rows) -> None:
@@ -311,7 +312,7 @@ def _inst_changed(e: InitialStateChanged, now_ms: int, out: Rows) -> None:
            + (f": {e.reason}" if e.reason else ""), f"{e.request_id}|{e.state}",
            {"request_id": e.request_id, "state": e.state, "initial_state": e.name,
             "dbid": e.dbid, "fnr": e.fnr, "token": e.token, "isn_count": e.isn_count,
-            "rsp": e.rsp, "subcode": e.subcode, "reason": e.reason,
+            "rsp": e.rsp, "subcode": e.subcode, "reason": e.reason, "attempt": e.attempt,
             "requested_at_ms": e.requested_at_ms})
 
 

@@ -32,6 +32,15 @@ naming neither subscription nor destination, STCK times on a TOD clock with 27 l
 set to UTC+01:00, a resend buffer that overwrites its oldest entries. Faults add what the
 connector does on a bad day: --redeliveries (a batch produced again, byte for byte, up to
 --redelivery-max messages back), --stalls (a continuation held --stall-seconds).
+
+A subscription over several databases lists files as {dbid, fnr} pairs (--config YAML, or
+the job's conf with --settings: files: [{dbid: 10006, fnr: 4}, {dbid: 10007, fnr: 4}]); each
+transaction is of one of them. --database 10007:-50 puts a database's clock 50 ms behind the
+replicator's (up to +-1000 ms: seed 001, time stamps are machine time); 10007:0:3:40 makes
+it a cluster of 3 nuclei (URBTNUCI) whose transactions reach the replicator up to 40 ms after
+their commit, so the replicator numbers them in an order that is not their commit order.
+Request answers can misbehave too: --resend-delay-seconds, --lose-inst-message,
+--inst-max-requests (below).
 See pipeline/sim/config.py for the YAML keys.
 """
 
@@ -178,7 +187,51 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="start tsnrs just below 4294967295 so they wrap around to 1",
     )
+    faults.add_argument(
+        "--database",
+        action="append",
+        default=[],
+        metavar="DBID:OFFSET_MS[:NUCLEI[:LAG_MS]]",
+        help="a database's clock runs OFFSET_MS ahead of the replicator's (negative: behind, "
+        "within +-1000); NUCLEI > 1: a cluster whose transactions arrive up to LAG_MS after "
+        "their commit, out of commit order (repeatable)",
+    )
+    answers = p.add_argument_group("request answers (with --serve)")
+    answers.add_argument(
+        "--resend-delay-seconds", type=float, metavar="S",
+        help="a successful TRAN's TRSP (response 0) goes to the reply destination at once, "
+        "the resend reaches the output topics S seconds later (default 0)")
+    answers.add_argument(
+        "--lose-inst-message", choices=("first", "middle", "last", "single"),
+        help="INST answers lose one data message in transport: the first, a middle or the "
+        "last of the answer, or a whole pseudo-transaction sent in one message")
+    answers.add_argument(
+        "--lose-inst-answers", type=int, metavar="N",
+        help="how many INST answers lose a message (default 1; the re-asked one is whole)")
+    answers.add_argument(
+        "--inst-max-requests", type=int, metavar="N",
+        help="IMAXREQ: an INST request arriving while N are in progress is refused with "
+        "INST/ERRO 131 subcode 44 (default 0: no limit)")
+    answers.add_argument(
+        "--inst-busy-seconds", type=float, metavar="S",
+        help="how long one INST request stays in progress (default 2)")
     return p
+
+
+def _databases(specs: Sequence[str]) -> list[dict[str, object]]:
+    """``--database DBID:OFFSET_MS[:NUCLEI[:LAG_MS]]`` as DatabaseDef mappings."""
+    out: list[dict[str, object]] = []
+    for spec in specs:
+        parts = spec.split(":")
+        if not 2 <= len(parts) <= 4:
+            raise ValueError(f"--database {spec!r}: give DBID:OFFSET_MS[:NUCLEI[:LAG_MS]]")
+        try:
+            values = [int(parts[0]), float(parts[1]), *(int(x) for x in parts[2:])]
+        except ValueError:
+            raise ValueError(f"--database {spec!r}: numbers expected") from None
+        out.append(dict(zip(("dbid", "clock_offset_ms", "nuclei", "nucleus_lag_ms"), values,
+                            strict=False)))
+    return out
 
 
 def _config(args: argparse.Namespace) -> SimConfig:
@@ -205,6 +258,9 @@ def _config(args: argparse.Namespace) -> SimConfig:
             update[name] = value
     if args.stall_seconds is not None:
         update["stall_ms"] = int(args.stall_seconds * 1000)
+    update.update(_answer_settings(args))
+    if args.database:
+        update["databases"] = _databases(args.database)
     if args.lifecycle_names_destination:
         update["lifecycle_names_destination"] = True
     if args.max_records:
@@ -213,6 +269,20 @@ def _config(args: argparse.Namespace) -> SimConfig:
             update={"min_records": min(mix.min_records, args.max_records)}
         )
     return SimConfig.model_validate({**config.model_dump(), **update}) if update else config
+
+
+def _answer_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The request-answer options as SimConfig keys (pipeline/sim/answer_faults.py)."""
+    out: dict[str, object] = {}
+    for name, value, scale in (("resend_delay_ms", args.resend_delay_seconds, 1000),
+                               ("inst_busy_ms", args.inst_busy_seconds, 1000),
+                               ("inst_lost_answers", args.lose_inst_answers, 1),
+                               ("inst_max_requests", args.inst_max_requests, 1)):
+        if value is not None:
+            out[name] = int(value * scale)
+    if args.lose_inst_message:
+        out["inst_lost_message"] = args.lose_inst_message
+    return out
 
 
 def _faults(args: argparse.Namespace) -> FaultPlan:

@@ -20,8 +20,8 @@ YAML keys (all optional except destinations and subscriptions; defaults in brack
     subscriptions:
       - name: COLOR
         destinations: [OUT1]
-        dbid: 10006
-        files: [4]
+        dbid: 10006               # the primary database: plain file numbers are its files
+        files: [4]                # or {dbid: 10007, fnr: 4} pairs: files of other databases
         encoding: ebcdic          # ebcdic (EBCDIC, big endian) | ascii (ASCII, little endian)
         images: both              # after | before | both  (SFBAI / SFBBI)
         resend_buffer: RESEND1    # omit: TRAN answers rsp 131 subcode 34
@@ -29,6 +29,14 @@ YAML keys (all optional except destinations and subscriptions; defaults in brack
           - {name: AA, format: A, length: 16}
     initial_states:
       - {name: ICOLOR, dbid: 10006, files: [4], selection: all}   # all | isnlist
+    databases:                    # databases not on the replicator's clock (model.DatabaseDef)
+      - {dbid: 10007, clock_offset_ms: -50, nuclei: 2, nucleus_lag_ms: 20}
+    # request answers (model.SimConfig; pipeline/sim/answer_faults.py)
+    resend_delay_ms: 0            # a TRAN's resend reaches the output topic this much later
+    inst_lost_message: null       # first | middle | last | single: an INST answer loses one
+    inst_lost_answers: 1          # ... in this many answers (the re-asked one is whole)
+    inst_max_requests: 0          # IMAXREQ: more INST requests in progress: ERRO 131/44
+    inst_busy_ms: 2000            # how long one INST request is in progress
     utility_events:               # statuses sent before transaction `at` (utility.py)
       - {at: 20, status: AUTI, subscription: COLOR, fnr: 4, utility: refresh_file}
       - {at: 30, status: AUTI, subscription: COLOR, fnr: 4, utility: change_field_length,
@@ -36,6 +44,7 @@ YAML keys (all optional except destinations and subscriptions; defaults in brack
       - {at: 40, status: LODS, subscription: COLOR, fnr: 4}
       - {at: 50, status: RPLS, subscription: COLOR, files: [4]}
     gfft_files: [4]               # files whose GFFT goes out after STRT and REST
+    # (gfft_files and utility_events name files of each subscription's primary database, dbid)
     # the transport and the machine, by default a real replicator behind an MQ source connector
     kafka_key: none               # none | msgid (MQMD.MsgId as 48 hex chars) | subscription
     lifecycle_names_destination: false   # true: STRT/REST/TERM name it in URBSDNAM
@@ -179,7 +188,7 @@ def from_settings(settings: Settings) -> SimConfig:
     destinations.append({"name": reply, "topic": topics.replies})
     subs = [_subscription(s) for s in settings.subscriptions]
     states = [
-        {"name": s.initial_state, "dbid": s.dbid, "files": s.files, "selection": "isnlist"}
+        {"name": s.initial_state, **_files(s), "selection": "isnlist"}
         for s in settings.subscriptions
         if s.initial_state
     ]
@@ -196,12 +205,17 @@ def from_settings(settings: Settings) -> SimConfig:
     )
 
 
+def _files(sub: Any) -> dict[str, Any]:
+    """A conf subscription's database and files as the simulator takes them."""
+    return {"dbid": sub.dbid, "files": [f if isinstance(f, int) else f.model_dump()
+                                        for f in sub.files]}
+
+
 def _subscription(sub: Any) -> dict[str, Any]:
     return {
         "name": sub.name,
         "destinations": sub.destinations,
-        "dbid": sub.dbid,
-        "files": sub.files,
+        **_files(sub),
         "encoding": "ebcdic" if sub.ebcdic else "ascii",
         "images": sub.images,
         "resend_buffer": "RESEND1" if sub.resend_buffer else None,

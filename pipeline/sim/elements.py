@@ -88,6 +88,7 @@ def _urbt(tx: Transaction, tsnr: int, sub: Subscription, rpid: int, flags: TxFla
         "urbtttim": stck(tx.commit),
         "urbtptim": stck(tx.processed),
         "urbtdbid": tx.dbid,
+        "urbtnuci": tx.nucleus,
         "urbtguid": tx.guid,
         "urbtrpid": rpid,
         "urbtrsnd": YES if flags.rsnd else BLANK,

@@ -81,6 +81,7 @@ class LiveReplicator:
                     sink.send(deliveries)
                     self.answered += 1
                     self._say(f"answered a request with {len(deliveries)} message(s)")
+                sink.pump()  # a lagging topic's held messages that are due
         except BaseException as exc:  # surfaced to the caller through .error
             self.error = exc
             self.streamed.set()

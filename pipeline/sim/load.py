@@ -169,6 +169,7 @@ def _serve(rep: Replicator, sink: Sink, requests: RequestSource, timeout: float)
     batch = requests.poll(timeout)
     for request in batch:
         sink.send(rep.answer(request))
+    sink.pump()  # a lagging topic's held messages that are due
     return len(batch)
 
 

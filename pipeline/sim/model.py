@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from pipeline.config import SubscriptionFile, check_files_once, file_keys
 from pipeline.sim.utility import UtilityEvent
 
 Encoding = Literal["ebcdic", "ascii"]
@@ -54,13 +55,37 @@ class LayoutField(_Frozen):
         return self
 
 
-class Subscription(_Frozen):
-    """A subscription: the unit of tsnr numbering and of message packing."""
+class _Files(_Frozen):
+    """``dbid`` and ``files`` as the job's conf has them (pipeline/config.py): plain file
+    numbers of ``dbid``, or ``{dbid, fnr}`` pairs of any database (SFILE/SFDBID)."""
+
+    dbid: int = Field(gt=0, le=65535)
+    files: tuple[int | SubscriptionFile, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _files_once(self) -> _Files:
+        check_files_once(self.file_keys())
+        return self
+
+    def file_keys(self) -> tuple[tuple[int, int], ...]:
+        """(dbid, fnr) of every file, in the order given."""
+        return file_keys(self.dbid, self.files)
+
+    def databases(self) -> tuple[int, ...]:
+        """The databases of the files, in the order given, ``dbid`` first when it has one."""
+        found = dict.fromkeys(d for d, _ in self.file_keys())
+        return tuple(sorted(found, key=lambda d: d != self.dbid))
+
+    def files_of(self, dbid: int) -> tuple[int, ...]:
+        return tuple(f for d, f in self.file_keys() if d == dbid)
+
+
+class Subscription(_Files):
+    """A subscription: the unit of tsnr numbering and of message packing. Its files may be
+    of several databases (``databases()``); a transaction is of one database (URBTDBID)."""
 
     name: Name
     destinations: tuple[str, ...] = Field(min_length=1)
-    dbid: int = Field(gt=0, le=65535)
-    files: tuple[int, ...] = Field(min_length=1)
     encoding: Encoding = "ebcdic"
     images: Images = "both"
     resend_buffer: str | None = None
@@ -94,16 +119,42 @@ class ResendBufferDef(_Frozen):
     size: int = Field(gt=0)
 
 
-class InitialStateDef(_Frozen):
-    """An INITIALSTATE definition: which database files an INST request may read.
+class InitialStateDef(_Files):
+    """An INITIALSTATE definition: which database files an INST request may read (files of
+    several databases as ``{dbid, fnr}`` pairs, like a subscription's).
 
     selection 'all' reads every record; 'isnlist' needs an ISN list in the request.
     """
 
     name: Name
-    dbid: int = Field(gt=0, le=65535)
-    files: tuple[int, ...] = Field(min_length=1)
     selection: Literal["all", "isnlist"] = "all"
+
+
+MAX_CLOCK_OFFSET_MS = 1000
+
+
+class DatabaseDef(_Frozen):
+    """A database as the replicator receives its transactions (seed 001, "About Output
+    Message Time Stamps": commit and record times are machine time of the database's own
+    system, which need not agree with the replicator's or another database's).
+
+    ``clock_offset_ms``: how far its clock runs ahead of the replicator's (negative: behind),
+    at most ±1 s. ``nuclei``: nuclei of an Adabas cluster committing concurrently (URBTNUCI
+    1..N; 1 is a plain nucleus, URBTNUCI 0); a transaction reaches the replicator up to
+    ``nucleus_lag_ms`` after its commit, so the replicator receives — and numbers — them in
+    an order that is not their commit order. Changes of one ISN still commit in the order
+    they were made (the record lock serialises them).
+    """
+
+    dbid: int = Field(gt=0, le=65535)
+    clock_offset_ms: float = Field(0.0, ge=-MAX_CLOCK_OFFSET_MS, le=MAX_CLOCK_OFFSET_MS)
+    nuclei: int = Field(1, ge=1, le=32)
+    nucleus_lag_ms: int = Field(0, ge=0, le=10_000)
+
+    @property
+    def on_own_clock(self) -> bool:
+        """Does anything set this database's times apart from the replicator's clock?"""
+        return bool(self.clock_offset_ms) or self.nuclei > 1
 
 
 class TransactionMix(_Frozen):
@@ -156,6 +207,22 @@ class SimConfig(_Frozen):
     # The TOD clock is machine time (seed 001): leap seconds, and the offset of local time.
     tod_utc_offset: str = Field(default="+01:00", pattern=r"^[+-](0\d|1[0-4]):[0-5]\d$")
     tod_leap_seconds: int = Field(default=27, ge=0, le=100)
+    # Databases whose clocks disagree with the replicator's, or that are clusters (DatabaseDef);
+    # one not listed is on the replicator's clock with one nucleus.
+    databases: tuple[DatabaseDef, ...] = ()
+    # How the replicator answers requests (pipeline/sim/answer_faults.py): a successful TRAN's
+    # TRSP (response 0) goes to the reply destination at once, its resend reaches the output
+    # topics resend_delay_ms later (their connector lags; what follows there waits behind it).
+    resend_delay_ms: int = Field(default=0, ge=0)
+    # The first inst_lost_answers INST answers lose one message in transport: the first,
+    # a middle or the last data message of the answer, or (single) the whole of its first
+    # pseudo-transaction that fits in one message; later answers are whole.
+    inst_lost_message: Literal["first", "middle", "last", "single"] | None = None
+    inst_lost_answers: int = Field(default=1, ge=0)
+    # IMAXREQ: with more than this many INST requests in progress (each for inst_busy_ms
+    # after it was taken), a request is refused with INST/ERRO 131 subcode 44. 0: no limit.
+    inst_max_requests: int = Field(default=0, ge=0)
+    inst_busy_ms: int = Field(default=2000, ge=0)
 
     @model_validator(mode="after")
     def _references(self) -> SimConfig:
@@ -174,10 +241,18 @@ class SimConfig(_Frozen):
             sub = self.subscription(event.subscription)
             if sub is None:
                 raise ValueError(f"utility event: unknown subscription {event.subscription}")
-            if event.fnr and event.fnr not in sub.files:
+            if event.fnr and event.fnr not in sub.files_of(sub.dbid):
                 raise ValueError(f"utility event: file {event.fnr} is not one of "
-                                 f"{event.subscription}'s files {list(sub.files)}")
+                                 f"{event.subscription}'s files {list(sub.files_of(sub.dbid))}"
+                                 f" of database {sub.dbid}")
+        dbids = [d.dbid for d in self.databases]
+        if len(set(dbids)) != len(dbids):
+            raise ValueError("databases: a dbid is defined twice")
         return self
+
+    def database(self, dbid: int) -> DatabaseDef | None:
+        """The definition of a database with its own clock or nuclei, None when it has none."""
+        return next((d for d in self.databases if d.dbid == dbid), None)
 
     @property
     def tod_offset_us(self) -> int:

@@ -53,12 +53,15 @@ def mq_msgid(number: int) -> bytes:
 class Delivery(NamedTuple):
     """One Kafka record: topic (the destination's), key (None: no key), value (one replicator
     message); ``delay_ms``: the connector holds it that long before producing it (a stall;
-    its URBHTIME is when the replicator sent it)."""
+    its URBHTIME is when the replicator sent it), and everything after it waits;
+    ``lag_ms``: the connector of its topic produces it that much later, what follows on that
+    topic waits behind it, other topics do not (a lagging data topic: a delayed resend)."""
 
     topic: str
     key: bytes | None
     value: bytes
     delay_ms: int = 0
+    lag_ms: int = 0
 
 
 class Outbox:
@@ -119,7 +122,15 @@ class Outbox:
     def redeliver(self, destination: str, count: int) -> list[Delivery]:
         """The last ``count`` messages delivered to ``destination``, again, byte for byte."""
         history = list(self.history[destination])
-        return [d._replace(delay_ms=0) for d in history[-count:]]
+        return [d._replace(delay_ms=0, lag_ms=0) for d in history[-count:]]
+
+    def forget(self, destination: str, delivery: Delivery) -> None:
+        """A delivered message lost after all (in transport): no connector produces it."""
+        history = self.history[destination]
+        for i, kept in enumerate(history):
+            if kept is delivery:
+                del history[i]
+                return
 
     def encode(self, destination: str, body: Body, encoding: Encoding) -> bytes:
         """The message for one destination; a body sent to several is encoded only once."""

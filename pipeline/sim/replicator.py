@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pipeline.sim import responder
+from pipeline.sim.answer_faults import AnswerFaults
 from pipeline.sim.clock import Clock, SimClock, stck
 from pipeline.sim.elements import Part, TxFlags, element_size, status_part, transaction_parts
 from pipeline.sim.faults import WRAP_START, FaultPlan, FaultSchedule, next_tsnr
@@ -65,6 +66,7 @@ class Replicator:
         self.generator = TransactionGenerator(config, self.rng)
         self.faults = FaultSchedule(faults or FaultPlan(), seed, transactions)
         self.outbox = Outbox(config, self.clock)
+        self.answer_faults = AnswerFaults(config)
         self.outbox.on_message = self._transport
         first = WRAP_START - 1 if faults is not None and faults.wrap else 0
         self.states = {s.name: SubscriptionState(tsnr=first) for s in config.subscriptions}
@@ -113,7 +115,7 @@ class Replicator:
         ``gfft_files`` a subscription replicates, created now, in a message of its own."""
         out: list[Delivery] = []
         for sub in self.config.subscriptions:
-            for fnr in (f for f in self.config.gfft_files if f in sub.files):
+            for fnr in (f for f in self.config.gfft_files if f in sub.files_of(sub.dbid)):
                 part = gfft_part(sub, fnr, stck(self.clock.now()))
                 for dest in sub.destinations:
                     out += self.outbox.send(dest, sub.name, [part], sub.encoding)
@@ -217,7 +219,7 @@ class Replicator:
             urbssnam=sub.name,
             urbsttim=stck(self.states[sub.name].commit),
             urbsdbid=sub.dbid,
-            urbsfnr=self.rng.choice(sub.files),
+            urbsfnr=self.rng.choice(sub.files_of(sub.dbid)),
             urbsorig="A",
         )
         for dest in sub.destinations:

@@ -2,18 +2,21 @@
 
 - TRAN: resend from the resend buffer (URBT, URBRs, before images; URBTRSND, URBTPTRN and
   URBRRSND 'Y') to the named destination, or to all of the subscription's destinations when
-  the request names none; a TRAN/TRSP URBS to the reply destination. Errors are rsp 131 with
-  subcode 32 (unknown subscription), 31/33 (destination unknown / not the subscription's),
-  34 (no resend buffer), 35 (tsnr no longer in the buffer); 34 and 35 also go to the
-  destination named in the request.
+  the request names none; a TRAN/TRSP URBS with response 0 to the reply destination (the
+  resend reaches the output topics ``resend_delay_ms`` later: ``answer_faults.py``). Errors
+  are rsp 131 with subcode 32 (unknown subscription), 31/33 (destination unknown / not the
+  subscription's), 34 (no resend buffer), 35 (tsnr no longer in the buffer); 34 and 35 also
+  go to the destination named in the request.
 - STAT: a STAT/SUBS URBS per subscription/destination pair asked about, to that destination,
   with a copy to the reply destination; 131/7 (neither named) or 131/8 (not found).
 - INST: one request message is answered as a whole (seed 000: a definition of several files
   needs a URBI for each, all with the same definition name and token): INST/INIT per URBI to
-  the reply and output destinations, each file's pseudo-transactions (tsnr 0,
-  URBTINST='Y', URBRTYP='R', after images; an ISN list selects records, a missing single ISN
-  gives a URBR with rsp 113 and no URBD, a range only existing ISNs), then INST/CMPL per
-  URBI; or one INST/ERRO with rsp 131 to the reply destination: 9 unknown name, 11 URBIs
+  the reply and output destinations, each file's pseudo-transactions (tsnr 0, of the URBI's
+  database and stamped on its clock, URBTINST='Y', URBRTYP='R', after images; an ISN list
+  selects records, a missing single ISN gives a URBR with rsp 113 and no URBD, a range only
+  existing ISNs), then INST/CMPL per URBI. A definition over several databases may be asked
+  one database per message. Or one INST/ERRO with rsp 131 to the reply destination: 44 too
+  many requests in progress (IMAXREQ, ``answer_faults.py``), 9 unknown name, 11 URBIs
   naming different definitions, 10 different reply destinations, 18 different tokens, 12 a
   URBI's DBID/FNR not in the definition, 14 a URBI without DBID or FNR and — an assumption —
   a file of the definition that has no URBI, 15/19 ISN list against the definition's
@@ -36,6 +39,7 @@ import bisect
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
+from pipeline.sim.answer_faults import TOO_MANY_REQUESTS, AnswerFaults
 from pipeline.sim.clock import Clock, stck
 from pipeline.sim.elements import Part, TxFlags, status_part
 from pipeline.sim.model import InitialStateDef, SimConfig, Subscription
@@ -90,6 +94,9 @@ class ReplicatorView(Protocol):
 
     @property
     def states(self) -> Mapping[str, SentState]: ...
+
+    @property
+    def answer_faults(self) -> AnswerFaults: ...
 
     def resend_buffer(self, sub: Subscription) -> ResendBuffer | None:
         """The subscription's resend buffer, None when it has none."""
@@ -169,7 +176,9 @@ def _tran(rep: ReplicatorView, urbi: Element) -> list[Delivery]:
         )
     flags = TxFlags(rsnd=True, ptrn=True)
     out = rep.send_transaction(sub, tx, tsnr, flags, [dnam] if dnam else sub.destinations)
-    return out + _status(rep, [rnam], snam, "TRAN", "TRSP", **fields)
+    lag = rep.config.resend_delay_ms  # the output topics' connector lags (answer_faults.py)
+    return ([d._replace(lag_ms=lag) for d in out] if lag else out) + _status(
+        rep, [rnam], snam, "TRAN", "TRSP", **fields)
 
 
 def _tran_check(rep: ReplicatorView, snam: str, dnam: str) -> tuple[Subscription | None, int]:
@@ -263,6 +272,8 @@ def _inst(rep: ReplicatorView, urbis: list[Element]) -> list[Delivery]:
     first = urbis[0]
     inam, rnam, token = first.urbiinam or "", first.urbirnam or "", first.urbirtok or ""
     subs, subc = _inst_check(rep, urbis)
+    if not subc and rep.answer_faults.inst_refused(rep.clock.now()):
+        subc = TOO_MANY_REQUESTS
     if subc:
         fields = {"urbsrtok": token, "urbsinam": inam, "urbsdbid": first.urbidbid or 0,
                   "urbsfnr": first.urbifnr or 0}
@@ -279,9 +290,11 @@ def _inst(rep: ReplicatorView, urbis: list[Element]) -> list[Delivery]:
     out = replies("INIT")
     flags = TxFlags(initial=True, token=token)
     for urbi in urbis:
-        for sub in (s for s in subs if urbi.urbifnr in s.files):
-            for tx in _pseudo_transactions(rep, sub, urbi.urbifnr or 0, urbi.isns):
+        file = (urbi.urbidbid or 0, urbi.urbifnr or 0)
+        for sub in (s for s in subs if file in s.file_keys()):
+            for tx in _pseudo_transactions(rep, sub, file, urbi.isns):
                 out += rep.send_transaction(sub, tx, 0, flags, sub.destinations)
+    out = rep.answer_faults.lose_inst_message(rep.outbox, out, subs[0].destinations[0])
     return out + replies("CMPL")
 
 
@@ -297,9 +310,8 @@ def _inst_check(rep: ReplicatorView, urbis: list[Element]) -> tuple[list[Subscri
         subc = _selection_error(definition, urbi)
         if subc:
             return [], subc
-    asked = {u.urbifnr for u in urbis}
-    subs = [s for s in rep.config.subscriptions
-            if s.dbid == first.urbidbid and asked & set(s.files)]
+    asked = {(u.urbidbid, u.urbifnr) for u in urbis}
+    subs = [s for s in rep.config.subscriptions if asked & set(s.file_keys())]
     return subs, 0 if subs else 70
 
 
@@ -315,12 +327,17 @@ def _inst_message_error(urbis: list[Element]) -> int:
 
 def _inst_files_error(definition: InitialStateDef, urbis: list[Element]) -> int:
     """14: a URBI without DBID or FNR, or a file of the definition without its URBI; 12: a
-    URBI asking for a file the definition does not have (module docstring)."""
+    URBI asking for a file the definition does not have (module docstring). A definition
+    over several databases is asked one database per message (or all in one): only the
+    files of the databases the message names need their URBI."""
     if any(not u.urbidbid or not u.urbifnr for u in urbis):
         return 14
-    if any(u.urbidbid != definition.dbid or u.urbifnr not in definition.files for u in urbis):
+    asked = {(u.urbidbid, u.urbifnr) for u in urbis}
+    files = set(definition.file_keys())
+    if asked - files:
         return 12
-    return 14 if {u.urbifnr for u in urbis} != set(definition.files) else 0
+    databases = {dbid for dbid, _ in asked}
+    return 14 if asked != {f for f in files if f[0] in databases} else 0
 
 
 def _selection_error(definition: InitialStateDef, urbi: Element) -> int:
@@ -339,29 +356,37 @@ def _selection_error(definition: InitialStateDef, urbi: Element) -> int:
 
 
 def _pseudo_transactions(
-    rep: ReplicatorView, sub: Subscription, fnr: int, isns: list[int | tuple[int, int]] | None
+    rep: ReplicatorView, sub: Subscription, file: tuple[int, int],
+    isns: list[int | tuple[int, int]] | None
 ) -> Iterator[Transaction]:
     """The file's current records as pseudo-transactions of initial_state_chunk records."""
     chunk: list[RecordChange] = []
-    for change in _selected(rep, sub, fnr, isns):
+    for change in _selected(rep, sub, file, isns):
         chunk.append(change)
         if len(chunk) == rep.config.initial_state_chunk:
-            yield _pseudo(rep, sub, chunk)
+            yield _pseudo(rep, sub, file, chunk)
             chunk = []
     if chunk:
-        yield _pseudo(rep, sub, chunk)
+        yield _pseudo(rep, sub, file, chunk)
 
 
-def _pseudo(rep: ReplicatorView, sub: Subscription, records: list[RecordChange]) -> Transaction:
-    commit = rep.clock.advance(50)
+def _pseudo(rep: ReplicatorView, sub: Subscription, file: tuple[int, int],
+            records: list[RecordChange]) -> Transaction:
+    """A pseudo-transaction of the file's database, stamped on its clock (after the last
+    commit of each ISN it reads: ``TransactionGenerator.read_time``)."""
+    dbid, fnr = file
+    commit = rep.generator.read_time(sub.name, dbid, fnr, [r.isn for r in records],
+                                     rep.clock.advance(50))
     guid = INITIAL_STATE_GUID + stck(commit).to_bytes(8, "big") + bytes(12)
-    return Transaction(sub.name, sub.dbid, commit, rep.clock.advance(100), guid, tuple(records))
+    return Transaction(sub.name, dbid, commit, rep.clock.advance(100), guid, tuple(records))
 
 
 def _selected(
-    rep: ReplicatorView, sub: Subscription, fnr: int, isns: list[int | tuple[int, int]] | None
+    rep: ReplicatorView, sub: Subscription, file: tuple[int, int],
+    isns: list[int | tuple[int, int]] | None
 ) -> Iterator[RecordChange]:
-    records = rep.generator.file(sub.name, fnr)
+    dbid, fnr = file
+    records = rep.generator.file(sub.name, fnr, dbid)
     existing = records.sorted_isns()
     for item in [(existing[0], existing[-1])] if isns is None and existing else isns or []:
         if isinstance(item, tuple):

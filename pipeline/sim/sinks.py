@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,10 @@ class Sink(Protocol):
 
     def send(self, deliveries: Iterable[Delivery]) -> None: ...
 
+    def pump(self) -> None:
+        """Produce what a lagging topic holds and is now due (``Delivery.lag_ms``)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -49,6 +54,9 @@ class FileSink:
         for d in deliveries:
             self._file.write(_PREFIX.pack(len(d.value)) + d.value)
             self.counts.add(d)
+
+    def pump(self) -> None:
+        """A file keeps the order sent: lags do not apply."""
 
     def close(self) -> None:
         self._file.close()
@@ -65,6 +73,9 @@ class MemorySink:
         for d in deliveries:
             self.deliveries.append(d)
             self.counts.add(d)
+
+    def pump(self) -> None:
+        """Deliveries keep their ``lag_ms`` for the test to read."""
 
     def close(self) -> None:
         pass
@@ -85,24 +96,50 @@ class KafkaSink:
                                       "enable.idempotence": True, **settings}
         self._producer = Producer(conf)
         self.counts = Counts()
+        # per topic, (due on time.monotonic(), delivery) held by a lagging connector
+        self._held: dict[str, deque[tuple[float, Delivery]]] = {}
 
     def send(self, deliveries: Iterable[Delivery]) -> None:
         """Produce in order; a stalled delivery (``delay_ms``) waits that long first, as the
-        connector held it, and so does everything after it."""
+        connector held it, and so does everything after it. A lagging one (``lag_ms``) is
+        held for its topic, and what follows on that topic behind it (``pump``)."""
         for d in deliveries:
             if d.delay_ms:
                 self._producer.flush(30)
                 time.sleep(d.delay_ms / 1000)
-            while True:
-                try:
-                    self._producer.produce(d.topic, key=d.key, value=d.value)
-                    break
-                except BufferError:  # local queue full: let the producer drain it
-                    self._producer.poll(0.1)
-            self.counts.add(d)
+            held = self._held.get(d.topic)
+            if d.lag_ms or held:
+                due = time.monotonic() + d.lag_ms / 1000
+                queue = self._held.setdefault(d.topic, deque())
+                queue.append((max(due, queue[-1][0]) if queue else due, d))
+                continue
+            self._produce(d)
+        self.pump()
+
+    def pump(self) -> None:
+        now = time.monotonic()
+        for topic, queue in list(self._held.items()):
+            while queue and queue[0][0] <= now:
+                self._produce(queue.popleft()[1])
+            if not queue:
+                del self._held[topic]
         self._producer.poll(0)
 
+    def _produce(self, d: Delivery) -> None:
+        while True:
+            try:
+                self._producer.produce(d.topic, key=d.key, value=d.value)
+                break
+            except BufferError:  # local queue full: let the producer drain it
+                self._producer.poll(0.1)
+        self.counts.add(d)
+
     def close(self) -> None:
+        """Produce what is held when it is due (a lag outlasts the run), then flush."""
+        while self._held:
+            due = min(q[0][0] for q in self._held.values())
+            time.sleep(max(0.0, due - time.monotonic()))
+            self.pump()
         remaining = self._producer.flush(30)
         if remaining:
             raise RuntimeError(f"{remaining} messages not delivered to Kafka")

@@ -30,6 +30,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from pipeline.config import typed_table_suffix
 from pipeline.payload import LayoutError
 from pipeline.payload.layout import FieldSpec, GroupSpec, RecordLayout
 from pipeline.typed.layouts import column_types
@@ -264,15 +265,17 @@ def _file_list(data: bytes, big_endian: bool | None) -> tuple[int, ...]:
 # ------------------------------------------------------------------------- targets
 @dataclass(frozen=True, slots=True)
 class Target:
-    """A configured layout's identity: enough to name and decode its typed tables."""
+    """A configured layout's identity: enough to name and decode its typed tables
+    (``primary_dbid``: its subscription's primary database, which the name depends on)."""
 
     subscription: str
     dbid: int
     fnr: int
+    primary_dbid: int | None = None
 
     @property
     def suffix(self) -> str:
-        return f"{self.subscription.lower()}_{self.fnr}"
+        return typed_table_suffix(self.subscription, self.dbid, self.fnr, self.primary_dbid)
 
 
 def targets(event: LifecycleEvent, layouts: Iterable[Target]) -> list[Target]:

@@ -104,6 +104,15 @@ def _post_urbd(el: Element, f: dict[str, Any], ctx: _Ctx, off: int, ln: int) -> 
 
 def _post_urbs(el: Element, f: dict[str, Any], ctx: _Ctx, off: int, ln: int) -> None:
     a, b = variable_span(f, "urbslenh", "urbslend", _URBS_FIXED, off, ln, "URBS")
+    if f.get("urbslenh") == 0 and f.get("urbslend") == 0 and ln > _URBS_FIXED:
+        # A URBS longer than its fixed part whose lengths say nothing (older replicators
+        # leave URBSLENH zero; C5 user data must not vanish): the bytes after the fixed part
+        # are its data, and the caller is told.
+        a, b = _URBS_FIXED, ln
+        ctx.warnings.append(
+            f"URBS {f.get('urbsst', '')} at offset {off}: URBSLENH and URBSLEND are 0 but "
+            f"{ln - _URBS_FIXED} bytes follow its {_URBS_FIXED}-byte fixed part: kept as its "
+            "data")
     data = ctx.data[off + a : off + b]
     el.data = data
     el.detail = None

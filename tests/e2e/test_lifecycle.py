@@ -161,7 +161,7 @@ def test_a_replayed_batch_applies_nothing_twice(spark, test_settings, tmp_path, 
     for _ in range(2):  # the replay after the crash, and one more
         write_typed_tables(spark, refresh, 1, settings, "app")
         assert apply_lifecycle(spark, refresh, 1, settings, "app") == {
-            "schema_events": 1, "file_status": 1}
+            "schema_events": 1, "file_status": 1, "file_stale:10006/4": 0}
     for batch_id, st_ in ((2, "LODS"), (3, "LODE"), (3, "LODE")):
         apply_lifecycle(spark, _batch(spark, [], [_status(st_, 10 + batch_id)]), batch_id,
                         settings, "app")

@@ -49,13 +49,15 @@ TxKey = tuple[str, str, int, int, int]
 def fault_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | None = None,
                    gaps: dict[str, Any] | None = None, stream: dict[str, Any] | None = None,
                    broker_ports: tuple[int, int] | None = None,
-                   create_topics: bool = True, layouts: bool = False) -> tuple[Settings, Path]:
+                   create_topics: bool = True, layouts: bool = False,
+                   sections: dict[str, Any] | None = None) -> tuple[Settings, Path]:
     """Settings (and their YAML file, for the job process) with fresh topics and folders.
 
     ``broker_ports`` gives the test its own broker (port, controller port) with its data
     under ``tmp_path``: a test that stops a broker must never stop the one the others share.
     ``layouts`` keeps conf/test.yaml's typed tables: their MERGEs are most of a batch's time
     here (a first batch took 86 s of a shared machine), so only a test that checks them pays.
+    ``sections``: whole conf sections to set (``alertmanager``, ``maintenance`` …).
     """
     from pipeline.ops import broker
 
@@ -79,6 +81,7 @@ def fault_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | Non
         raw["kafka"]["bootstrap_servers"] = f"127.0.0.1:{port}"
         lb.update(port=port, controller_port=controller, data_dir=str(tmp_path / "kafka"))
     raw["subscriptions"] = subscriptions or BOTH_FORMS
+    raw.update(sections or {})
     path = tmp_path / "conf.yaml"
     path.write_text(yaml.safe_dump(raw))
     settings = load_settings(path, env={})

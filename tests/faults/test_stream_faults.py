@@ -34,6 +34,7 @@ from tests.faults.helpers import (
     watch,
     with_epochs,
 )
+from tests.faults.oncall import OnCall
 from tests.integration.truth import generate
 
 pytestmark = [pytest.mark.faults, pytest.mark.e2e]
@@ -48,13 +49,14 @@ def _decodes(value: bytes) -> bool:
 
 
 def _run(spark: Any, settings: Settings, send: Callable[[], None], *,
-         timeout_s: float = 300.0) -> None:
+         timeout_s: float = 300.0, observe: Callable[..., Any] | None = None) -> None:
     """Start the job in-process, send, and wait until it is idle with every gap settled."""
     from pipeline.ops.metrics import job_metrics
     from pipeline.spark.engine.drain import await_idle
     from pipeline.spark.engine.query import start_stream
 
-    query = start_stream(spark, settings, trigger_interval="1 second", observe=job_metrics)
+    query = start_stream(spark, settings, trigger_interval="1 second",
+                         observe=observe or job_metrics)
     try:
         send()
         await_idle(query, timeout_s=timeout_s, quiet_batches=2,
@@ -198,10 +200,20 @@ def test_gap_never_answered_becomes_unrecoverable_after_retries_with_critical_al
     """Transactions lost in transport, and a replicator that never answers the TRAN requests
     (the stream goes through a plain KafkaSink, nobody reads the input topic): each gap is
     requested 1 + max_retries times with backoff, then becomes unrecoverable with a critical
-    alert on the alerts topic. Every other transaction lands exactly once."""
+    alert on the alerts topic. Every other transaction lands exactly once.
+
+    The same run is the on-call engineer's view (tests/faults/oncall.py): a real Prometheus
+    scrapes the job's endpoint and evaluates every dashboard panel and rule, and a real
+    Alertmanager pages each unrecoverable gap to a webhook until an operator acks it."""
+    with OnCall(tmp_path) as oncall:
+        _unanswered_gaps(spark, tmp_path, oncall)
+
+
+def _unanswered_gaps(spark: Any, tmp_path: Path, oncall: OnCall) -> None:
     retries, initial_ms = 2, 1000
-    settings, _ = fault_settings(tmp_path, "unanswered", gaps={
-        "retry_initial_ms": initial_ms, "retry_multiplier": 2.0, "max_retries": retries})
+    settings, conf = fault_settings(tmp_path, "unanswered", gaps={
+        "retry_initial_ms": initial_ms, "retry_multiplier": 2.0, "max_retries": retries},
+        stream=oncall.stream, sections=oncall.sections)
     rep = Replicator(sim_config(settings, 1500), 29,
                      faults=FaultPlan(counts={"drop_transaction": 3}), transactions=60)
     faults = watch(rep)
@@ -216,7 +228,7 @@ def test_gap_never_answered_becomes_unrecoverable_after_retries_with_critical_al
         sink.send(deliveries)
         sink.close()
 
-    _run(spark, settings, send)
+    _run(spark, settings, send, observe=oncall.observe)
 
     assert_exactly_once(settings, sent, lost=dropped)
     gaps = latest_gaps(settings)
@@ -250,3 +262,6 @@ def test_gap_never_answered_becomes_unrecoverable_after_retries_with_critical_al
     assert all(a["severity"] == "critical" for a in alerts if a["kind"] == "gap_unrecoverable")
     statuses = {r["st"] for r in read_table(settings, "status_events")}
     assert "TRSP" not in statuses, "nobody answered, so no TRSP can have landed"
+    oncall.check_prometheus()
+    oncall.check_pages_until_acked(conf, [f"{g['destination']}/{g['subscription']}/"
+                                          f"{g['gap_id']}" for g in gaps])

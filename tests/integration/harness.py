@@ -87,7 +87,7 @@ def decoder_for(config: SimConfig, codepage: str = CODEPAGE,
     covered: dict[str, list[Covered]] = {}
     for sub in config.subscriptions:
         for d in sub.destinations:
-            covered.setdefault(d, []).append(Covered(sub.name, sub.dbid, frozenset(sub.files)))
+            covered.setdefault(d, []).append(Covered(sub.name, frozenset(sub.file_keys())))
     return RecordDecoder(destinations, config.destinations[0].name, codepage, homes,
                          initial_state_routes, inst_routes=inst, covered=covered,
                          control_topic=CONTROL_TOPIC, native_scan=native_scan)

@@ -16,12 +16,22 @@ SMALLEST_MESSAGE = 280  # the simulator's minimum for the built-in layouts
 
 
 def sim_config(encoding: str = "ebcdic", subscriptions: Sequence[str] = (),
-               **overrides: Any) -> SimConfig:
+               two_databases: bool = False, **overrides: Any) -> SimConfig:
     """The built-in set in one form (or 'mixed': EMPLOYEE ASCII, the rest EBCDIC), optionally
-    only some subscriptions, with top-level keys overridden (max_message_size, c5_rate …)."""
+    only some subscriptions, with top-level keys overridden (max_message_size, c5_rate …).
+
+    ``two_databases``: COLOR over file 4 of databases 10006 and 10007, whose clocks disagree
+    (10007 runs 50 ms behind) and 10006 a cluster of two nuclei committing concurrently —
+    commit times out of tsnr order (issue 35)."""
     raw = copy.deepcopy(DEFAULT)
     raw["subscriptions"] = [s for s in raw["subscriptions"]
                             if not subscriptions or s["name"] in subscriptions]
+    if two_databases:
+        for sub in raw["subscriptions"]:
+            if sub["name"] == "COLOR":
+                sub["files"] = [{"dbid": 10006, "fnr": 4}, {"dbid": 10007, "fnr": 4}]
+        raw["databases"] = [{"dbid": 10007, "clock_offset_ms": -50.0},
+                            {"dbid": 10006, "nuclei": 2, "nucleus_lag_ms": 20}]
     for sub in raw["subscriptions"]:
         mixed = "ascii" if sub["name"] == "EMPLOYEE" else "ebcdic"
         sub["encoding"] = mixed if encoding == "mixed" else encoding

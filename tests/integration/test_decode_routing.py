@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from pipeline.spark.engine.decode_stage import Covered, RecordDecoder
 from pipeline.urb import decode_message, encode_message, make_element
 
-COVERED = {"OUT1": [Covered("COLOR", 10006, frozenset({4})),
-                    Covered("EMPL", 10006, frozenset({11, 12}))],
-           "OUT2": [Covered("EMPL", 10006, frozenset({11, 12}))]}
+COVERED = {"OUT1": [Covered("COLOR", frozenset({(10006, 4)})),
+                    Covered("EMPL", frozenset({(10006, 11), (10006, 12)}))],
+           "OUT2": [Covered("EMPL", frozenset({(10006, 11), (10006, 12)}))]}
 DECODER = RecordDecoder({"t.out1": "OUT1", "t.replies": "REPLY"}, "OUT1", "cp037",
                         home_destinations={"COLOR": "OUT1", "EMPL": "OUT2"},
                         initial_states={"ICOLOR": "COLOR"}, covered=COVERED,
@@ -100,7 +100,7 @@ def test_a_gfft_of_its_own_goes_to_every_subscription_covering_its_file() -> Non
     assert keys("t.out1", gfft(11)) == [("OUT1", "EMPL")]
     assert keys("t.out1", gfft(99)) == [("OUT1", "")]
     both = RecordDecoder({"t": "OUT1"}, "OUT1", "cp037", covered={"OUT1": [
-        Covered("A", 10006, frozenset({4})), Covered("B", 10006, frozenset({4, 5}))]})
+        Covered("A", frozenset({(10006, 4)})), Covered("B", frozenset({(10006, 4), (10006, 5)}))]})
     rows = both.rows("t", 0, 1, None, gfft(4))
     assert [(r["subscription"], r["part"]) for r in rows] == [("A", 0), ("B", 1)]
     for r in rows:  # each lands it (a layouts row per subscription), none as an echo
@@ -192,3 +192,16 @@ def test_a_status_lands_with_its_message_s_byte_order(ebcdic: bool, big: bool) -
     result = step(None, elements, 1_750_000_000_000, ReassemblyConfig(), ("OUT1", "COLOR"))
     (status,) = events_to_rows(result.events, 1_750_000_000_000)["status_events"]
     assert status["big_endian"] is big
+
+
+def test_a_subs_without_a_destination_name_is_about_the_topic_it_came_on() -> None:
+    """Seed 000's SUBS leaves URBSDNAM blank. The copy on an output destination's topic is
+    ordered with that destination's data and is about its sequence: it must reach that
+    destination's key, not the subscription's first destination (issue 35, point 6)."""
+    subs = make_element("URBS", urbsrt="STAT", urbsst="SUBS", urbssnam="EMPL", urbsdnam="",
+                        urbstsnr=42)
+    raw = encode_message(None, [subs], ebcdic=True, big_endian=True)
+    assert {(r["destination"], r["subscription"]) for r in DECODER.rows("t.out1", 0, 1, None,
+                                                                        raw)} == {("OUT1", "EMPL")}
+    on_replies = DECODER.rows("t.replies", 0, 1, None, raw)
+    assert {(r["destination"], r["subscription"]) for r in on_replies} == {("OUT2", "EMPL")}

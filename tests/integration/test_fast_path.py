@@ -117,7 +117,7 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
        wrap=st.booleans(),
        cuts=st.lists(st.integers(1, 15), max_size=10),
        shuffle=st.integers(0, 100), frame_rows=st.sampled_from([3, 10_000]),
-       c5_rate=st.sampled_from([0.0, 0.2]),
+       c5_rate=st.sampled_from([0.0, 0.2]), two_databases=st.booleans(),
        # STAT every 60 s: every 2 s, a stalled continuation (600 s) kept step alone asking
        # past the harness's 500 batches (seed 467), which says nothing of the fast path
        machine=st.sampled_from([{}, {"duplicate_window": 4}, {"max_buffered_bytes": 3000},
@@ -126,15 +126,18 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 # fc84bc3 too): the runs are compared over those batches
 @example(seed=635, encoding="ebcdic", size=SMALLEST_MESSAGE, count=5,
          faults={kind: int(kind == "corrupt") for kind in KINDS}, wrap=False, cuts=[],
-         shuffle=0, frame_rows=3, c5_rate=0.0, machine={"stat_interval_ms": 60_000})
+         shuffle=0, frame_rows=3, c5_rate=0.0, two_databases=False,
+         machine={"stat_interval_ms": 60_000})
 def test_fast_path_gives_what_step_alone_gives(seed: int, encoding: str, size: int,
                                                count: int, faults: dict[str, int], wrap: bool,
                                                cuts: list[int], shuffle: int,
                                                frame_rows: int, c5_rate: float,
+                                               two_databases: bool,
                                                machine: dict[str, Any]) -> None:
     plan = FaultPlan(counts=faults, wrap=wrap)
     options = {"shuffle_seed": shuffle, "frame_rows": frame_rows}
-    overrides = {"sim": {"c5_rate": c5_rate}, "machine": machine}
+    overrides = {"sim": {"c5_rate": c5_rate, "two_databases": two_databases},
+                 "machine": machine}
     slow = _run(seed, encoding, size, count, plan, False, cuts, options, overrides)
     fast = _run(seed, encoding, size, count, plan, True, cuts, options, overrides)
     _assert_same(slow, fast)

@@ -25,7 +25,7 @@ from pipeline.urb import decode_message
 from tests.integration.harness import REQUEST_TOKEN, Harness, default_reassembly
 from tests.integration.scenarios import sim_config, simulate
 
-TARGET = InitialStateTarget("COLOR", "ICOLOR", 10006, (4,), ("OUT1",))
+TARGET = InitialStateTarget("COLOR", "ICOLOR", ((10006, 4),), ("OUT1",))
 ROUTES = {"ICOLOR": "COLOR"}
 NO_DELETES = {"insert": 0.3, "update": 0.7, "delete": 0.0, "min_records": 1, "max_records": 6}
 
@@ -92,7 +92,7 @@ def test_lost_transactions_converge_to_the_database_through_tran_and_inst(
     assert resent, "the seed must drop transactions that are followed by others"
     unverified = {r["isn"] for r in h.tables["records"] if r["resend"] and r["type"] in "IU"}
     requests = inst_requests(h)
-    assert requests and {i for q in requests for _, isns in q.files for i in isns} == unverified
+    assert requests and {i for q in requests for _, _, isns in q.files for i in isns} == unverified
     for raw in (q for q in h.requests_sent if decode_message(q).elements[0].urbirt == "INST"):
         urbi = decode_message(raw).elements[0]
         assert (urbi.urbiinam, urbi.urbidbid, urbi.urbifnr, urbi.urbirtok) == (
@@ -128,7 +128,7 @@ def test_before_the_inst_answers_arrive_the_resent_isns_are_unverified() -> None
         h.batch()
     [first, *_] = inst_requests(h)
     model = current_model(h)
-    asked = [i for _, isns in first.files for i in isns]
+    asked = [i for _, _, isns in first.files for i in isns]
     by_resend = [model[i] for i in asked if model[i]["tsnr"] in first.tsnrs]
     assert by_resend and not any(row["verified"] for row in by_resend)
     # an ISN a later live change already rewrote is verified by it (asked for all the same)
@@ -183,7 +183,7 @@ def test_with_deletes_the_current_state_still_equals_the_database() -> None:
 
 
 # ------------------------------------------------------------ a subscription, two destinations
-EMPL = InitialStateTarget("EMPLOYEE", "IEMPL", 10006, (9,), ("OUT1", "OUT2"))
+EMPL = InitialStateTarget("EMPLOYEE", "IEMPL", ((10006, 9),), ("OUT1", "OUT2"))
 
 
 def run_two_destinations(files: list[int], seed: int = 4) -> Harness:

@@ -30,7 +30,7 @@ from tests.urb.conftest import SEED_FILES, load
 from tests.urb.test_fuzz import _extra_seeds, _mutate
 from tests.urb.test_properties import CODEPAGES, SETTINGS, elements, headers
 
-COVERED = {"OUT1": [Covered("COLOR", 10006, frozenset({4}))]}
+COVERED = {"OUT1": [Covered("COLOR", frozenset({(10006, 4)}))]}
 
 
 def decoders(codepage: str = "cp037") -> tuple[RecordDecoder, RecordDecoder]:

@@ -29,7 +29,9 @@ def test_stats_count_each_record_once_and_the_keys_open_gaps() -> None:
     stats = key_stats(("OUT1", "COLOR"), frames, state)
     # the y record's part 1 is the same Kafka record as another key's part 0: not counted here
     assert stats == {"destination": "OUT1", "subscription": "COLOR", "bytes": 15,
-                     "open_gaps": 1, "times_us": []}
+                     "open_gaps": 1, "times_us": [], "file_commits_us": {},
+                     "gap_states": {"open": 1}, "oldest_gap_ms": 0,
+                     "outstanding": {"TRAN": 0, "INST": 0}, "storm": 0, "idle": 0}
     assert key_stats(("OUT1", "COLOR"), [], None)["open_gaps"] == 0
 
 

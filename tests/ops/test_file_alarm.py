@@ -56,10 +56,13 @@ def test_the_watchs_alerts_go_out_as_the_jobs_other_alerts(monkeypatch) -> None:
         def flush(self) -> None:
             sent.append("flush")
 
+        def page(self, alerts: list) -> None:  # Alertmanager, with alertmanager.url
+            sent.append(("page", [a["kind"] for a in alerts]))
+
     monkeypatch.setattr(kafka_out, "KafkaOut", FakeOut)
     settings = load_settings("conf/test.yaml", env={})
     alert = FileAlarm(10, 60, 0).alerts({"records": 11}, NOON)
     FileWatch(settings, ["records"])._producer()(alert)
     key = "table_files_high|records|2026-11-25"
     assert sent == [(settings.topics.alerts, key, {**alert[0]},
-                     {"idempotency_key": key, "kind": KIND}), "flush"]
+                     {"idempotency_key": key, "kind": KIND}), "flush", ("page", [KIND])]

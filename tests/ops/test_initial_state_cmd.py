@@ -26,7 +26,7 @@ def asked(request_id: str, isns: tuple[int, ...] = (5, 9), at: int = 0,
           sub: str = "COLOR") -> InitialStateRequested:
     return InitialStateRequested(
         subscription=sub, destination="OUT1", epoch=1, request_id=request_id, name="ICOLOR",
-        dbid=10006, files=((4, isns),), tsnrs=(3,), token="URBPIPE", reply_destination="REPLY",
+        files=((10006, 4, isns),), tsnrs=(3,), token="URBPIPE", reply_destination="REPLY",
         at_ms=T0_MS + at)
 
 

@@ -15,6 +15,8 @@ from pipeline.ops.metrics import (
     MetricsListener,
     attach_metrics,
     format_progress,
+    input_lag,
+    key_totals,
     latency_breakdown,
     percentile,
     read_last_record,
@@ -154,10 +156,13 @@ def test_prometheus_endpoint_on_an_ephemeral_port(tmp_path: Path) -> None:
     listener = attach_metrics(spark, jsonl_path=tmp_path / "m.jsonl", prometheus_port=0)
     try:
         assert spark.streams.listeners == [listener]
-        listener.record_batch_counts(1, {"transactions": 7})
+        listener.record_batch_counts(1, {"records": 7})
+        listener.record_batch_keys(1, [{"destination": "OUT1", "subscription": "COLOR",
+                                        "times_us": [(1, 2, 3)] * 7, "bytes": 10}])
         listener.observe(FakeProgress(1))
         body = _scrape(listener)
-        assert "urbpipe_transactions_total 7.0" in body
+        assert 'urbpipe_transactions_total{destination="OUT1",subscription="COLOR"} 7.0' in body
+        assert "urbpipe_records_total 7.0" in body
         assert "urbpipe_batch_state_rows 15.0" in body
         assert "urbpipe_batch_last_batch_id 1.0" in body
     finally:
@@ -180,5 +185,31 @@ def test_prometheus_shows_the_jobs_maintenance(tmp_path: Path) -> None:
         assert "urbpipe_maintenance_round_seconds 2.5" in body
         assert "urbpipe_maintenance_last_round_timestamp_seconds 1.764e+09" in body
         assert "urbpipe_maintenance_skipped_total 3.0" in body
+        assert "urbpipe_maintenance_rounds_total 1.0" in body
     finally:
         listener.close()
+
+
+def test_keys_of_one_batch_are_summed_and_their_gauges_are_the_last_calls() -> None:
+    rows = [{"destination": "OUT1", "subscription": "COLOR", "times_us": [(1, 2, 3)] * 2,
+             "bytes": 5, "duplicates": 1, "alert_kinds": {"gap_open|warning": 1},
+             "file_commits_us": {"10006/4": 10}, "gap_states": {"open": 1}, "storm": 0},
+            {"destination": "OUT1", "subscription": "COLOR", "times_us": [(1, 2, 3)],
+             "bytes": 7, "alert_kinds": {"gap_open|warning": 2, "gap_filled|info": 1},
+             "file_commits_us": {"10006/4": 4, "10006/11": 9}, "gap_states": {}, "storm": 1},
+            {"destination": "OUT1", "subscription": "A", "times_us": []}]
+    a, color = key_totals(rows)
+    assert a == {"destination": "OUT1", "subscription": "A"}  # zeros and empties left out
+    assert (color["transactions"], color["bytes"], color["duplicates"]) == (3, 12, 1)
+    assert color["alert_kinds"] == {"gap_open|warning": 3, "gap_filled|info": 1}
+    assert color["file_commits_us"] == {"10006/4": 10, "10006/11": 9}
+    assert color["storm"] == 1 and "gap_states" not in color  # the last call's: none open
+
+
+def test_input_lag_per_topic_from_the_kafka_sources_progress() -> None:
+    source = SimpleNamespace(endOffset='{"a": {"0": 10, "1": 5}, "b": {"0": 3}}',
+                             latestOffset={"a": {"0": 12, "1": 5}, "b": {"0": 3}})
+    progress = SimpleNamespace(sources=[source, SimpleNamespace(endOffset=None,
+                                                                latestOffset=None)])
+    assert input_lag(progress) == {"a": 2, "b": 0}
+    assert input_lag(SimpleNamespace(sources=None)) == {}

@@ -77,3 +77,31 @@ def test_quarantine_cli(conf_file: Path, quarantined: None,
     report = json.loads(capsys.readouterr().out)
     assert (report["dry_run"], report["replayed"], report["still_failing"]) == (True, 2, 1)
     assert main(["quarantine", "list", "--since", "yesterday", *conf]) == 2
+
+
+def test_reviewed_rows_stop_counting_and_are_kept_for_audit(
+        conf_file: Path, quarantined: None, ops_settings: Settings,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    conf = ["--conf-file", str(conf_file)]
+    assert main(["quarantine", "ack", "urb.out1[1]@11", "urb.out1[1]@99", "--by", "alice",
+                 *conf]) == 2  # a ref with no pending row: nothing recorded
+    assert "urb.out1[1]@99" in capsys.readouterr().err
+    assert main(["quarantine", "ack", "urb.out1[1]@11", "--by", "alice", "--note",
+                 "connector test message", *conf]) == 0
+    assert "acknowledged 1 quarantine row(s) by alice" in capsys.readouterr().out
+    pending = {r["offset"] for r in list_entries(Lake(ops_settings))}
+    assert pending == {10, 12, 13, 14}
+    assert main(["quarantine", "ack", "--all", "--source", "reassembly", "--by", "bob",
+                 *conf]) == 0
+    assert main(["quarantine", "ack", "--all", "--by", "bob", "--note", "reviewed", *conf]) == 0
+    capsys.readouterr()
+    assert main(["quarantine", "list", *conf]) == 0  # nothing pending: a monitor stops paging
+    assert capsys.readouterr().out.strip() == "quarantine is empty"
+    assert main(["quarantine", "list", "--all", "--json", *conf]) == 0
+    rows = {r["offset"]: r for r in json.loads(capsys.readouterr().out)}
+    assert len(rows) == 5, "every row stays in quarantine"
+    assert (rows[11]["acked_by"], rows[11]["ack_note"]) == ("alice", "connector test message")
+    assert rows[12]["acked_by"] == "bob" and rows[10]["ack_note"] == "reviewed"
+    assert main(["quarantine", "ack", "--all", "--by", "carol", *conf]) == 0
+    assert "(none pending)" in capsys.readouterr().out
+    assert main(["quarantine", "ack", "--by", "carol", *conf]) == 2  # neither rows nor --all

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from pipeline.config import Kafka, Settings, Topics
 from pipeline.errors import BrokerUnreachable
-from pipeline.ops.cli import main
+from pipeline.ops.cli import CLOSED_PIPE, main
 from pipeline.ops.lake import Lake
-from pipeline.ops.status import build_report, format_report, source_end_offsets
+from pipeline.ops.newest import Files
+from pipeline.ops.status import KeyStatus, build_report, format_report, source_end_offsets
 from tests.ops.conftest import WriteTable, at, gap_row, transaction
 from tests.ops.test_lake_checkpoint import write_checkpoint
 
@@ -46,9 +49,9 @@ def test_report_per_key(ops_settings: Settings, landed: Path) -> None:
                           metrics_path=str(landed), now=at(30))
     keys = {(k.destination, k.subscription): k for k in report.keys}
     color = keys[("OUT1", "COLOR")]
-    assert (color.epoch, color.last_tsnr, color.transactions) == (2, 3, 4)
-    assert color.lag_seconds == pytest.approx(13.0)  # now − newest commit (landed 20 − 3)
-    assert color.lag_messages == 10
+    assert (color.epoch, color.last_tsnr) == (2, 3)
+    assert color.freshness_seconds == pytest.approx(13.0)  # now − newest commit (20 − 3)
+    assert (color.state, color.lag_messages, color.lag_seconds) == ("behind", 10, None)
     assert [g["ref"] for g in color.gaps] == ["OUT1/COLOR/2:2"]
     assert color.last_status is not None
     assert color.last_status["st"] == "TRSP"
@@ -64,7 +67,7 @@ def test_report_per_key(ops_settings: Settings, landed: Path) -> None:
     assert report.topic_problem is not None and "urb.out1 has 2 partitions" in \
         report.topic_problem
     text = format_report(report)
-    assert "OUT1/COLOR: epoch 2 tsnr 3" in text and "lag 10 msgs" in text
+    assert "OUT1/COLOR: behind by 10 messages / ? seconds; epoch 2 tsnr 3" in text
     assert "urb.out1[0] (OUT1): end 100 processed 90 lag 10" in text
     assert "topics: urb.out1 2 partitions, urb.replies 1 partition" in text
     assert "PROBLEM: topic urb.out1 has 2 partitions" in text
@@ -184,3 +187,126 @@ def test_with_a_pattern_and_no_broker_status_reports_it_unreachable() -> None:
                                       pattern_destination="OUT1"))
     with pytest.raises(BrokerUnreachable, match=r"^cannot reach Kafka at 127\.0\.0\.1:1"):
         source_end_offsets(settings, timeout=1)
+
+
+# -- up to date, idle, behind; the conf's metrics file; bounded reads; a closed pipe ----------
+
+@pytest.fixture
+def two_keys(ops_settings: Settings, write_table: WriteTable, tmp_path: Path) -> Path:
+    """COLOR and EMPLOYEE landed; the job's newest word: EMPLOYEE idle (STAT answered)."""
+    write_table("transactions", [transaction("COLOR", 5, landed=10),
+                                 transaction("EMPLOYEE", 7, landed=12)])
+    metrics = tmp_path / "metrics.jsonl"
+    key = {"destination": "OUT1", "transactions": 0, "gap_states": {}, "storm": 0}
+    metrics.write_text("\n".join(json.dumps(r) for r in [
+        {"batch_id": 1, "keys": [{**key, "subscription": "COLOR", "idle": 1},
+                                 {**key, "subscription": "EMPLOYEE", "idle": 0}]},
+        {"batch_id": 2, "keys": [{**key, "subscription": "EMPLOYEE", "idle": 1}]},
+        {"batch_id": 3, "keys": []}]) + "\n")
+    return metrics
+
+
+def _report(settings: Settings, metrics: Path, out1_end: int, processed: int,
+            times: dict | None = None) -> dict[tuple[str, str], KeyStatus]:
+    write_checkpoint(Path(settings.location(settings.stream.checkpoint_dir)),
+                     {4: {"urb.out1": {"0": processed}}}, {4})
+    asked: list[dict] = []
+
+    def message_times(waiting: dict) -> dict:
+        asked.append(waiting)
+        return times or {}
+
+    report = build_report(settings, Lake(settings), metrics_path=str(metrics), now=at(100),
+                          end_offsets={"urb.out1": {0: out1_end}}, message_times=message_times)
+    assert asked == ([{("urb.out1", 0): processed}] if out1_end > processed else [])
+    return {(k.destination, k.subscription): k for k in report.keys}
+
+
+def test_up_to_date_idle_and_behind_are_told_apart(ops_settings: Settings,
+                                                   two_keys: Path) -> None:
+    keys = _report(ops_settings, two_keys, 50, 50)
+    color, employee = keys[("OUT1", "COLOR")], keys[("OUT1", "EMPLOYEE")]
+    # each key's newest word (COLOR: batch 1, EMPLOYEE: batch 2), nothing waiting on the topic
+    assert color.state == employee.state == "idle" and color.idle is True
+    assert color.describe() == "idle (the replicator's STAT answer: nothing sent since)"
+    assert employee.freshness_seconds == pytest.approx(91)
+    keys = _report(ops_settings, two_keys, 80, 50, {("urb.out1", 0): int(at(40).timestamp()
+                                                                          * 1000)})
+    color = keys[("OUT1", "COLOR")]
+    assert (color.state, color.lag_messages, color.lag_seconds) == ("behind", 30, 60.0)
+    assert color.describe() == "behind by 30 messages / 60 seconds"
+
+
+def test_without_the_jobs_word_nothing_waiting_is_up_to_date(ops_settings: Settings,
+                                                             two_keys: Path) -> None:
+    two_keys.write_text("")
+    keys = _report(ops_settings, two_keys, 50, 50)
+    assert {k.state for k in keys.values()} == {"up to date"}
+    assert all(k.lag_seconds == 0 for k in keys.values())
+
+
+def test_status_reads_the_metrics_file_conf_names(conf_file: Path, two_keys: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    conf_file.write_text(conf_file.read_text().replace(
+        "stream:\n", f"stream:\n  metrics_file: {two_keys}\n"))
+    two_keys.write_text(two_keys.read_text() + json.dumps(
+        {"batch_id": 9, "state_rows": 77, "keys": []}) + "\n")
+    assert main(["status", "--conf-file", str(conf_file), "--no-kafka", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["state"]["state_rows"] == 77
+    assert {k["subscription"]: k["idle"] for k in data["keys"]} == {"COLOR": True,
+                                                                    "EMPLOYEE": True}
+
+
+def test_status_reads_a_few_files_not_whole_tables(ops_settings: Settings,
+                                                   write_table: WriteTable, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forty appends (forty files) per table: the newest transaction and status of each key
+    come from the files the log's statistics point at."""
+    for n in range(1, 41):
+        write_table("transactions", [transaction("COLOR" if n % 2 else "EMPLOYEE", n)])
+        write_table("status_events", [{"destination": "OUT1", "subscription": "COLOR",
+                                       "st": "SUBS", "tsnr": n, "received_at": at(n)}])
+    read: list[str] = []
+    rows = Files.rows
+
+    def counting(self: Files, path: str) -> list[dict]:
+        read.append(path)
+        return rows(self, path)
+
+    monkeypatch.setattr(Files, "rows", counting)
+    report = build_report(ops_settings, Lake(ops_settings), end_offsets=None,
+                          metrics_path=str(tmp_path / "none.jsonl"), now=at(100))
+    keys = {(k.destination, k.subscription): k for k in report.keys}
+    assert (keys[("OUT1", "COLOR")].last_tsnr, keys[("OUT1", "EMPLOYEE")].last_tsnr) == (39, 40)
+    assert keys[("OUT1", "COLOR")].last_status["tsnr"] == 40  # type: ignore[index]
+    assert len(read) <= 4, f"{len(read)} files read of 80"
+    assert len(set(read)) == len(read), "a file read twice"
+
+
+def test_a_closed_pipe_ends_status_quietly(conf_file: Path, landed: Path) -> None:
+    """`urbpipe status --json | head`: the reader goes away before the output is written."""
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.ops.cli", "status", "--conf-file",
+                             str(conf_file), "--no-kafka", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(60) == CLOSED_PIPE and err == ""
+
+
+def test_the_oldest_waiting_messages_time_stamp_comes_from_the_broker(
+        test_settings: Settings, fresh_topic: str) -> None:
+    """One message read per partition, at the offset the job has not processed yet."""
+    from confluent_kafka import Producer
+
+    from pipeline.ops.kafka_offsets import message_times
+
+    producer = Producer(test_settings.kafka.confluent())
+    for i, stamp in enumerate((1_000_000, 2_000_000, 3_000_000)):
+        producer.produce(fresh_topic, value=b"m", partition=0, timestamp=stamp + i)
+    producer.produce(fresh_topic, value=b"m", partition=1, timestamp=5_000_000)
+    assert producer.flush(30) == 0
+    got = message_times(test_settings, {(fresh_topic, 0): 1, (fresh_topic, 1): 0}, timeout=20)
+    assert got == {(fresh_topic, 0): 2_000_001, (fresh_topic, 1): 5_000_000}
+    assert message_times(test_settings, {}) == {}

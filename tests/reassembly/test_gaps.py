@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pipeline.reassembly.config import ReassemblyConfig
@@ -13,6 +15,7 @@ from pipeline.reassembly.events import (
     GapUnrecoverable,
     LostContinuation,
     StatusReceived,
+    StormTripped,
     TransactionComplete,
 )
 from tests.reassembly.builders import Feed, Harness, resend_of, statuses, trsp, txn
@@ -288,3 +291,61 @@ def test_buffer_limit_releases_held_transactions_first() -> None:
     assert only(events, BufferLimitExceeded)[0].tsnr == 4
     assert h.landed(h.feed(feed.send(txn(5)))) == [5]
     assert h.state.held == []
+
+
+# --------------------------------------------------------------------------- confirmed resends
+def test_a_confirmed_resend_is_not_asked_again_until_its_wait_ends() -> None:
+    """Seed 000: a successful prior-transaction request is answered by a status (TRSP
+    response 0) to the reply destination. Its resend may come long after (a lagging data
+    topic): the tsnr is asked again only ``confirmed_wait_ms`` later, so a resend 15 s after
+    the TRAN takes exactly one request."""
+    h, feed = with_gap(replace(CFG, confirmed_wait_ms=60_000))
+    h.feed(statuses(feed, *(trsp(t, 0, rsp=0, rtok="TOK1") for t in (3, 4, 5))))
+    assert h.state.gaps[0].confirmed.keys() == {3, 4, 5}
+    events = h.tick(h.now + 15_000)  # every retry deadline passed meanwhile
+    assert only(events, GapRequested) == [] and only(events, GapUnrecoverable) == []
+    assert h.timeout == 10_000 + 60_000, "the next deadline: the confirmation's wait"
+    events = h.feed(feed.send(*(resend_of(txn(t)) for t in (3, 4, 5))))
+    assert h.landed(events) == [3, 4, 5] and only(events, GapFilled)
+    assert [e.tsnrs for e in h.of(GapRequested)] == [(3, 4, 5)], "one TRAN per tsnr"
+
+
+def test_a_confirmed_resend_that_never_comes_is_asked_again_then_given_up() -> None:
+    h, feed = with_gap(replace(CFG, confirmed_wait_ms=5_000))    # rounds at 10, 11, 13, 16 s
+    h.feed(statuses(feed, trsp(4, 0, rsp=0, rtok="TOK1")))      # 4 waits until 15 s
+    while h.timeout is not None:
+        h.fire()
+    assert [(e.tsnrs, e.attempt, e.at_ms) for e in h.of(GapRequested)] == [
+        ((3, 4, 5), 1, 10_000), ((3, 5), 2, 11_000), ((3, 5), 3, 13_000),
+        ((3, 4, 5), 4, 16_000)]
+    [gone] = h.of(GapUnrecoverable)
+    assert set(gone.settled) == {3, 4, 5}
+
+
+def test_no_verdict_settles_a_confirmed_tsnr_before_its_wait_ends() -> None:
+    """Messages sent after the last request arriving without the tsnr are evidence it was
+    lost — unless the replicator confirmed it is resending it."""
+    h, feed = with_gap(replace(CFG, max_retries=0, confirmed_wait_ms=60_000,
+                               verdict_wait_ms=1_000))
+    h.feed(statuses(feed, trsp(4, 0, rsp=0, rtok="TOK1")))
+    h.tick(h.now + 5_000)
+    h.feed(feed.send(txn(7)), now_ms=h.now + 1_000)  # sent after the request, no 3, 4, 5
+    [gap] = h.state.gaps
+    assert gap.missing == [4] and sorted(gap.settled) == [3, 5]
+    events = h.feed(feed.send(resend_of(txn(4))), now_ms=h.now + 20_000)
+    assert h.landed(events) == [4]
+
+
+def test_retry_rounds_count_for_the_storm_breaker() -> None:
+    """A key that keeps asking for the same tsnrs round after round floods the replicator
+    as surely as one opening gaps: its rounds count toward ``storm_max_tsnrs``."""
+    cfg = replace(CFG, max_retries=10, retry_max_ms=1_000, storm_max_tsnrs=10,
+                  storm_window_ms=600_000)
+    h, _ = with_gap(cfg)                                     # 3 tsnrs asked
+    for _ in range(3):
+        h.fire()                                             # 3 more each round
+    [tripped] = h.of(StormTripped)
+    assert tripped.tsnrs == 12 and tripped.gaps == 1
+    asked = len(h.of(GapRequested))
+    h.tick(h.now + 100_000)
+    assert len(h.of(GapRequested)) == asked, "no requests while the breaker is open"

@@ -119,7 +119,7 @@ def test_decode_stage_hands_over_the_urbgs_and_the_bytes() -> None:
                       groups=gfft_from_layout(LAYOUT))
     value = encode_message(make_element("URBH"), [el], ebcdic=True, big_endian=True)
     decoder = RecordDecoder({"t": "OUT1"}, "OUT1", "cp037",
-                            covered={"OUT1": [Covered("COLOR", 10006, frozenset({4}))]})
+                            covered={"OUT1": [Covered("COLOR", frozenset({(10006, 4)}))]})
     [rec] = decoder.rows("t", 0, 7, None, value)  # routed by its file, not a Kafka key
     rows, warnings = decoder.element_rows("t", 0, 7, None, value, ("OUT1", "COLOR"), 0)
     assert rec["subscription"] == "COLOR" and not warnings

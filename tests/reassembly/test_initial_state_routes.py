@@ -10,9 +10,9 @@ from pipeline.reassembly.config import (
 
 
 def test_one_pass_gives_both_routes_and_leaves_shared_names_out() -> None:
-    targets = [InitialStateTarget("COLOR", "ICOLOR", 10006, (4,), ("OUT1", "OUT2")),
-               InitialStateTarget("EMPL", "ISHARED", 10006, (11,), ("OUT1",)),
-               InitialStateTarget("OTHER", "ISHARED", 10006, (12,), ("OUT1",))]
+    targets = [InitialStateTarget("COLOR", "ICOLOR", ((10006, 4),), ("OUT1", "OUT2")),
+               InitialStateTarget("EMPL", "ISHARED", ((10006, 11),), ("OUT1",)),
+               InitialStateTarget("OTHER", "ISHARED", ((10006, 12),), ("OUT1",))]
     routes = initial_state_routes(targets, "URBPIPE")
     assert routes.by_name == {"ICOLOR": "COLOR"}
     assert routes.replies == {("ICOLOR", "URBPIPE1"): ("OUT1", "COLOR"),

@@ -6,6 +6,8 @@ trusted Kafka keys, immediate and flagged duplicates, named statuses and UTC tim
 
 from __future__ import annotations
 
+from itertools import groupby
+
 from pipeline.reassembly.config import ReassemblyConfig
 from pipeline.reassembly.events import (
     DuplicateDropped,
@@ -288,3 +290,26 @@ def test_replaying_a_batch_with_new_evidence_is_deterministic() -> None:
     b = step(None, rows, 1_000, CFG, ("OUT1", "COLOR"))
     assert a.events == b.events and a.state.to_bytes() == b.state.to_bytes()
     assert [t.tsnr for t in only(a.events, TransactionComplete)] == [1, 5, 6]
+
+
+def test_a_subs_between_two_messages_of_a_transaction_opens_no_gap_for_it() -> None:
+    """A STAT answered while tsnr 3 is half sent: the SUBS names 3, its continuation follows
+    (issue 35, point 6). Nothing is lost, nothing is requested."""
+    h = Harness(ReassemblyConfig(request_token="TOK1", stat_interval_ms=60_000), now_ms=0)
+    feed = Feed()
+    h.feed(feed.send(txn(1), txn(2)))
+    first, second = (list(g) for _, g in groupby(feed.send(txn(3, 2), cuts=[3]),
+                                                  key=lambda r: r.offset))
+    h.feed(first + statuses(feed, status("SUBS", rt="STAT", tsnr=3)))
+    h.feed(second)
+    assert h.landed() == [1, 2, 3]
+    assert not h.of(GapOpened) and not h.of(GapRequested)
+
+
+def test_a_subs_naming_a_later_tsnr_shows_the_open_transaction_lost() -> None:
+    h = Harness(ReassemblyConfig(request_token="TOK1"), now_ms=0)
+    feed = Feed()
+    h.feed(feed.send(txn(1)))
+    first = [r for r in feed.send(txn(2, 2), cuts=[3]) if r.offset == feed.offset - 2]
+    events = h.feed(first + statuses(feed, status("SUBS", rt="STAT", tsnr=3)))
+    assert [(g.from_tsnr, g.to_tsnr) for g in only(events, GapOpened)] == [(2, 2), (3, 3)]

@@ -82,7 +82,9 @@ def test_file_status_goes_stale_with_each_kind_then_dropped(spark, landed) -> No
 
 def test_every_event_is_in_schema_events(spark, landed) -> None:
     settings, counts = landed[0], landed[1]
-    assert counts == [{"schema_events": 1, "file_status": 1}] * 5
+    stale, dropped = ({"schema_events": 1, "file_status": 1, "file_stale:10006/4": n}
+                      for n in (1, 0))  # each file's staleness for the metrics
+    assert counts == [stale] * 4 + [dropped]
     events = sorted(_read(spark, settings, "schema_events"), key=lambda e: e.at)
     assert [(e.st, e.dbid, e.fnr, e.utility, e.action, e.target_table, e.result, e.at)
             for e in events] == [
@@ -109,7 +111,8 @@ def test_current_table_properties_follow_the_status(landed) -> None:
 
 def test_rows_stay_and_a_replay_records_nothing_twice(spark, landed) -> None:
     settings, _, _, replay = landed
-    assert replay == {"schema_events": 1, "file_status": 1}, "recomputed, skipped by Delta"
+    assert replay == {"schema_events": 1, "file_status": 1, "file_stale:10006/4": 0}, \
+        "recomputed, skipped by Delta"
     assert len(_read(spark, settings, "schema_events")) == 5
     assert len(_read(spark, settings, "file_status")) == 5
     current = {r.isn: r.color for r in _read(spark, settings, "current_color_4")}

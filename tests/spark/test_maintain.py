@@ -174,8 +174,12 @@ def test_the_file_watch_alerts_on_a_table_whose_files_pile_up(
     batch = SimpleNamespace(session=spark, app_id="watch-test", batch_id=7)
     time.sleep(0.01)  # the first count is due one interval after the start
     counts = step.land(batch)  # type: ignore[arg-type]
+    logs = {k: counts.pop(k) for k in list(counts) if k.startswith("log:")}
     assert counts == {"files:transactions": 3, "files:records": 1, "files:images": 0,
                       "file_alerts": 1}
+    made = logs["log:images"]  # the commits that made the table, then one per append
+    assert made >= 1 and logs == {"log:transactions": made + 3, "log:records": made + 1,
+                                  "log:images": made}
     assert [(a["kind"], a["severity"], a["details"]) for a in sent] == [
         ("table_files_high", "warning", {"table": "transactions", "files": 3, "limit": 2})]
     landed = spark.read.format("delta").load(table_path(settings, "alerts")).collect()

@@ -137,3 +137,25 @@ def test_non_bytes_input_is_accepted() -> None:
 def test_unknown_code_page_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="code page"):
         decode_message(COLOR, codepage="cp99999")
+
+
+@pytest.mark.parametrize(("ebcdic", "fmt"), [(True, ">I"), (False, "<I")])
+def test_a_urbs_longer_than_its_parts_keeps_its_bytes_with_a_warning(ebcdic: bool,
+                                                                      fmt: str) -> None:
+    """C5 user data (seed 003) after a URBS's 128-byte fixed part with URBSLENH and URBSLEND
+    both zero: the bytes are its data, and a warning says why (issue 35, point 7)."""
+    el = make_element("URBS", urbsst="C5DA", data=b"USER-DATA-FROM-C5")
+    raw = encode_message(None, [el], ebcdic=ebcdic, big_endian=ebcdic)
+    raw = put(put(raw, 64 + 96, fmt, 0), 64 + 100, fmt, 0)
+    msg = decode_message(raw)
+    [urbs] = msg.elements
+    assert urbs.data.startswith(b"USER-DATA-FROM-C5")
+    [warning] = msg.warnings
+    assert "URBSLENH and URBSLEND are 0" in warning and "kept as its data" in warning
+
+
+def test_a_plain_128_byte_urbs_has_no_data_and_no_warning() -> None:
+    raw = encode_message(None, [make_element("URBS", urbsst="TERM")], ebcdic=True,
+                         big_endian=True)
+    msg = decode_message(raw)
+    assert msg.elements[0].data == b"" and msg.warnings == []

@@ -78,11 +78,11 @@ _TICK = struct.Struct(">Q")    # newest URBHTIME on the topic
 
 
 class Covered(NamedTuple):
-    """A configured subscription of a destination: its database and files (conf)."""
+    """A configured subscription of a destination: its files as (dbid, fnr) (conf: a
+    subscription may span databases)."""
 
     subscription: str
-    dbid: int
-    files: frozenset[int]
+    files: frozenset[tuple[int, int]]
 
 _COLUMNS = [("lane", pa.int32(), "int"), ("destination", pa.string(), "string"),
             ("subscription", pa.string(), "string"),
@@ -269,14 +269,13 @@ class RecordDecoder:
         dbid, fnr = el.fields.get("urbfdbid"), el.fields.get("urbffnr")
         subs = tuple(((destination, c.subscription), False)
                      for c in self._covered.get(destination, ())
-                     if c.dbid == dbid and fnr in c.files)
+                     if (dbid, fnr) in c.files)
         return subs or (((destination, ""), False),)
 
     def _status_key(self, destination: str, el: Any) -> Key:
         # Replies (TRSP, SUBS …) arrive at the reply destination but belong to the
-        # subscription/destination they name (a TRSP may leave URBSDNAM blank: then the
-        # subscription's only destination from conf); destination-wide status keeps its key.
-        # INST replies name no subscription: the one whose conf names their initial state.
+        # subscription/destination they name; destination-wide status keeps its key. INST
+        # replies name no subscription: the one whose conf names their initial state.
         # ``el`` is a decoded Element or a scanned one (pipeline.urb.scan): fields by name.
         fields = el.fields
         snam = fields.get("urbssnam") or ""
@@ -286,7 +285,16 @@ class RecordDecoder:
             if asked is not None:  # one of the job's requests: the key that sent it
                 return asked
             snam = self._initial_states.get(fields.get("urbsinam") or "", "")
-        return (fields.get("urbsdnam") or self._home.get(snam) or destination, snam)
+        return (fields.get("urbsdnam") or self._blank_dnam(destination, snam), snam)
+
+    def _blank_dnam(self, destination: str, snam: str) -> str:
+        """The destination of a status naming a subscription but no destination (seed 000's
+        SUBS and TRSP examples leave URBSDNAM blank): the topic's own destination when it
+        carries that subscription — a SUBS copied to an output destination is about that
+        destination's sequence — else the subscription's only destination from conf."""
+        if any(c.subscription == snam for c in self._covered.get(destination, ())):
+            return destination
+        return self._home.get(snam) or destination
 
     def batch_rows(self, records: Sequence[tuple[str, int, int, bytes | None]]
                    ) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pipeline.config import Settings
 from pipeline.reassembly import ReassemblyConfig
@@ -34,7 +34,12 @@ from pipeline.spark.land.file_watch import FileWatch
 from pipeline.spark.land.kafka_out import RequestsAndAlerts
 from pipeline.spark.land.maintenance import InJobMaintenance
 from pipeline.spark.land.raw import RawTables
-from pipeline.spark.land.report import BatchCallback, BatchReport, LatencyCallback
+from pipeline.spark.land.report import (
+    BatchCallback,
+    BatchReport,
+    KeysCallback,
+    LatencyCallback,
+)
 from pipeline.spark.land.tables import ensure_tables
 from pipeline.spark.typed.lifecycle import LifecycleEvents
 from pipeline.spark.typed.reconcile import reconcile_tables
@@ -52,6 +57,7 @@ log = logging.getLogger("urbpipe.query")
 
 def reassembly_config(settings: Settings) -> ReassemblyConfig:
     g = settings.stream.gaps
+    inst = settings.stream.initial_state
     return ReassemblyConfig(
         landing_policy=g.landing_policy, max_requests_per_gap=g.max_requests_per_gap,
         retry_initial_ms=g.retry_initial_ms, retry_multiplier=g.retry_multiplier,
@@ -61,14 +67,18 @@ def reassembly_config(settings: Settings) -> ReassemblyConfig:
         partial_timeout_ms=g.partial_timeout_ms, partial_stall_ms=g.partial_stall_ms,
         stat_interval_ms=g.stat_interval_ms or None, storm_window_ms=g.storm_window_ms,
         storm_max_gaps=g.storm_max_gaps, storm_max_tsnrs=g.storm_max_tsnrs,
+        confirmed_wait_ms=g.confirmed_wait_ms,
         tod_offset_us=settings.replicator.tod_offset_us,
         reply_destination=settings.replicator.reply_destination,
         request_token=settings.replicator.request_token,
-        initial_states=tuple(InitialStateTarget(s.name, s.initial_state, s.dbid, tuple(s.files),
-                                                tuple(s.destinations))
-                             for s in settings.subscriptions if s.initial_state),
-        max_isns_per_request=settings.stream.initial_state.max_isns_per_request,
-        initial_state_timeout_ms=settings.stream.initial_state.reply_timeout_ms)
+        initial_states=tuple(InitialStateTarget(
+            s.name, s.initial_state, s.file_keys(), tuple(s.destinations))
+            for s in settings.subscriptions if s.initial_state),
+        max_isns_per_request=inst.max_isns_per_request,
+        initial_state_timeout_ms=inst.reply_timeout_ms,
+        initial_state_max_requests=inst.max_concurrent_requests,
+        initial_state_max_attempts=inst.max_attempts,
+        initial_state_retry_ms=inst.refused_retry_ms)
 
 
 def covered_subscriptions(settings: Settings) -> dict[str, list[Covered]]:
@@ -76,7 +86,7 @@ def covered_subscriptions(settings: Settings) -> dict[str, list[Covered]]:
     out: dict[str, list[Covered]] = {}
     for s in settings.subscriptions:
         for d in s.destinations:
-            out.setdefault(d, []).append(Covered(s.name, s.dbid, frozenset(s.files)))
+            out.setdefault(d, []).append(Covered(s.name, frozenset(s.file_keys())))
     return out
 
 
@@ -180,11 +190,14 @@ class QueryObserver(Protocol):
 
     def batch_latency(self, batch_id: int, times: list[tuple[int | None, ...]]) -> None: ...
 
+    def batch_keys(self, batch_id: int, stats: list[dict[str, Any]]) -> None: ...
+
     def started(self, query: StreamingQuery) -> None: ...
 
 
 def landing_steps(settings: Settings, on_batch: BatchCallback | None = None,
-                  on_latency: LatencyCallback | None = None) -> list[LandingStep]:
+                  on_latency: LatencyCallback | None = None,
+                  on_keys: KeysCallback | None = None) -> list[LandingStep]:
     """The batch writer's steps, in order: raw tables; with conf layouts the typed tables, and
     the lifecycle events after them; requests and alerts (its producer connects now); the
     batch's metrics. The typed steps share one record of the typed tables made so far and
@@ -200,7 +213,7 @@ def landing_steps(settings: Settings, on_batch: BatchCallback | None = None,
         steps.append(InJobMaintenance(settings, select_tables(settings)))
     if settings.maintenance.watch_minutes and settings.maintenance.alert_files:
         steps.append(FileWatch(settings, select_tables(settings)))
-    steps.append(BatchReport(on_batch, on_latency))
+    steps.append(BatchReport(on_batch, on_latency, on_keys))
     return steps
 
 
@@ -227,7 +240,8 @@ def start_stream(spark: SparkSession, settings: Settings, *,
             on_batch(batch_id, counts, seconds)
 
     latency = observer.batch_latency if observer is not None else None
-    steps = landing_steps(settings, batch_done, latency)
+    keys = observer.batch_keys if observer is not None else None
+    steps = landing_steps(settings, batch_done, latency, keys)
     query = (build_plan(spark, settings, lanes).writeStream
              .foreachBatch(batch_writer(settings, app_id, steps))
              .option("checkpointLocation", checkpoint)

@@ -20,7 +20,7 @@ in the offset log, so a replayed batch sees the same value), never the wall cloc
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -43,6 +43,7 @@ from pipeline.reassembly.tables import (
     ms_to_datetime,
     stck_to_unix_us,
 )
+from pipeline.spark.engine import key_gauges
 from pipeline.spark.engine.decode_stage import (
     ERROR_EYE,
     TICK_PART,
@@ -336,20 +337,26 @@ def landed_times(landed: Columns | None) -> list[tuple[int | None, ...]]:
 def key_stats(key: tuple[str, str], frames: list[pd.DataFrame], state: KeyState | None,
               events: list[Any] = (), tod_offset_us: int = 0,
               landed: Columns | None = None,
-              early: Sequence[Sequence[int | None]] = ()) -> dict[str, Any]:
+              early: Sequence[Sequence[int | None]] = (),
+              early_files: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The metrics row of one call: input bytes (each record once), the key's open gaps, and
     each landed transaction's commit/processed/sent times (Unix µs) for the latency legs, so
     the sink needs no extra Spark job to read them back (``early``: those of the
     transactions flushed early, ``EarlyFiles.times``; ``landed``: the rest of the fast
-    path's, then the events')."""
+    path's, then the events'); and what ``key_gauges`` tells of the key's state and of the
+    newest commit it landed per file (``early_files``: those of the early flushes)."""
+    early_files = early_files or {}
     nbytes = sum(int(f.loc[f["part"] == 0, "value"].map(len).sum()) for f in frames if len(f))
     times: list[Sequence[int | None]] = [*early, *landed_times(landed)]
     times += [(stck_to_unix_us(e.commit_time, tod_offset_us),
                stck_to_unix_us(e.processed_time, tod_offset_us),
                stck_to_unix_us(e.sent_time, tod_offset_us))
               for e in events if isinstance(e, TransactionComplete)]
+    files = key_gauges.newest(early_files, key_gauges.file_commits(landed),
+                              key_gauges.event_commits(events, tod_offset_us))
     return {"destination": key[-2], "subscription": key[-1], "bytes": nbytes,
-            "open_gaps": len(state.gaps) if state is not None else 0, "times_us": times}
+            "open_gaps": len(state.gaps) if state is not None else 0, "times_us": times,
+            "file_commits_us": files, **key_gauges.state_gauges(state)}
 
 
 def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int,
@@ -371,7 +378,8 @@ def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int,
         row["quarantined_at"] = ms_to_datetime(now_ms)
     tables.setdefault("quarantine", []).extend(rejected)
     if stats is not None:
-        tables[STATS_TABLE] = [{**stats, "landed_us": now_ms * 1000}]
+        tables[STATS_TABLE] = [{**stats, **key_gauges.row_counts(tables),
+                                "landed_us": now_ms * 1000}]
     if files is not None:
         tables = files.split(tables, columns,
                              task_batch_id() if batch_id is None else batch_id)
@@ -397,9 +405,11 @@ class EarlyFiles:
         self._writing: Future[pd.DataFrame] | None = None
         self._pool: ThreadPoolExecutor | None = None
         self.times: list[tuple[int | None, ...]] = []
+        self.files: dict[str, int] = {}  # newest commit per file (key_gauges.file_commits)
 
     def __call__(self, columns: Columns) -> None:
         self.times += landed_times(columns)
+        self.files = key_gauges.newest(self.files, key_gauges.file_commits(columns))
         batch_id = task_batch_id()  # the task's property, read on the task's own thread
         self._wait()
         if self._pool is None:
@@ -437,7 +447,8 @@ def key_output(key: tuple[str, str], frames: list[pd.DataFrame], done: KeyStep,
     metrics row."""
     result = done.result
     stats = key_stats(key, frames, result.state, result.events, config.tod_offset_us,
-                      done.landed, early.times if early is not None else ())
+                      done.landed, early.times if early is not None else (),
+                      early.files if early is not None else None)
     out = batch_output(events, done.rejected, now_ms, stats, files, config.tod_offset_us,
                        done.landed)
     if early is None or not early.frames:

@@ -5,8 +5,9 @@ bounded — ``urbpipe maintain`` on a schedule, in-job maintenance or Delta's au
 but when that stops (the cron job was never set up, compaction keeps losing to a concurrent
 commit, a table is left out), nothing else notices until analysts' queries crawl. So every
 ``maintenance.watch_minutes`` the job reads each table's file count from its Delta log (no
-data read), reports it (``files:<table>`` in the batch's counts, ``urbpipe_table_files`` on
-Prometheus) and, for a table over ``maintenance.alert_files``, sends a warning alert
+data read) and the commit files of its ``_delta_log``, reports both (``files:<table>`` and
+``log:<table>`` in the batch's counts, ``urbpipe_table_files`` and ``urbpipe_delta_log_commits``
+on Prometheus) and, for a table over ``maintenance.alert_files``, sends a warning alert
 (``table_files_high``) like its other alerts: to ``topics.alerts`` and the ``alerts`` table.
 
 Once per table and UTC day: the idempotency key is ``table_files_high|<table>|<day>``, so a
@@ -95,7 +96,7 @@ class FileWatch:
         if not self._alarm.due(self._clock()):
             return {}
         try:
-            files = self._count(batch)
+            files, logs = self._count(batch)
             alerts = self._alarm.alerts(files, int(self._wall() * 1000))
             if alerts:
                 self._raise(batch, alerts)
@@ -103,15 +104,20 @@ class FileWatch:
             log.warning("file count of the job's tables failed: %s",
                         str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             return {}
-        return {**{f"files:{t}": n for t, n in files.items()}, "file_alerts": len(alerts)}
+        return {**{f"files:{t}": n for t, n in files.items()},
+                **{f"log:{t}": n for t, n in logs.items()}, "file_alerts": len(alerts)}
 
-    def _count(self, batch: LandedBatch) -> dict[str, int]:
-        from pipeline.spark.land.maintenance import is_table, table_files
+    def _count(self, batch: LandedBatch) -> tuple[dict[str, int], dict[str, int]]:
+        """Per table: its data files, and the commit files in its ``_delta_log`` (the log
+        growth an operator watches, ``urbpipe_delta_log_commits``)."""
+        from pipeline.spark.land.maintenance import is_table, log_commits, table_files
         from pipeline.spark.land.tables import table_path
 
         spark = batch.session
         paths = {t: table_path(self._settings, t) for t in self._tables}
-        return {t: table_files(spark, p)[0] for t, p in paths.items() if is_table(spark, p)}
+        present = {t: p for t, p in paths.items() if is_table(spark, p)}
+        return ({t: table_files(spark, p)[0] for t, p in present.items()},
+                {t: log_commits(spark, p) for t, p in present.items()})
 
     def _raise(self, batch: LandedBatch, alerts: list[dict[str, Any]]) -> None:
         from pipeline.spark.land.writes import append_rows

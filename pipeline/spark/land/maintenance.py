@@ -63,6 +63,17 @@ def table_files(spark: SparkSession, path: str) -> tuple[int, int]:
     return int(detail["numFiles"] or 0), int(detail["sizeInBytes"] or 0)
 
 
+def log_commits(spark: SparkSession, path: str) -> int:
+    """Commit files (``*.json``) in the table's ``_delta_log``: what Delta lists at every
+    commit (``pipeline.spark.land.log_growth``). One listing of the folder, no file read."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    pattern = jvm.org.apache.hadoop.fs.Path(f"{path.rstrip('/')}/_delta_log/*.json")
+    found = pattern.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).globStatus(
+        pattern)
+    return 0 if found is None else len(found)
+
+
 def compact(spark: SparkSession, path: str, target_bytes: int) -> None:
     """Bin-pack the files smaller than ``target_bytes`` into files of about that size (the
     session's OPTIMIZE settings are set for the call and put back)."""

@@ -94,6 +94,13 @@ SCHEMAS: dict[str, str] = {
         "file_name string, version bigint, truncated_before timestamp, event_id string, "
         "st string, action string, run_id string, updated_at timestamp, seq int"),
 }
+#: What the job sent to Kafka, one row per message (a request message, an alert), written
+#: right after the producer's flush and tagged with the batch (``kafka_out.RequestsAndAlerts``):
+#: a replayed batch sends nothing this table shows it sent. Join ``requests`` or ``alerts`` on
+#: idempotency_key to see which were sent. Made at the first send, not at start.
+SENT_TABLE = "kafka_sent"
+SENT_DDL = ("idempotency_key string, topic string, kind string, subscription string, "
+            "destination string, sent_at timestamp, app_id string")
 BLOB_COLUMN = {"images": "payload", "status_events": "data", "quarantine": "raw",
                "layouts": "raw"}
 TABLES = tuple(SCHEMAS)

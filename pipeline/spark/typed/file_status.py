@@ -33,7 +33,8 @@ class Outcome:
 
 def config_targets(settings: Settings) -> list[Target]:
     """The configured layouts as lifecycle targets."""
-    return [Target(lay.subscription, lay.dbid, lay.fnr) for lay in settings.layouts]
+    return [Target(lay.subscription, lay.dbid, lay.fnr, lay.primary_dbid)
+            for lay in settings.layouts]
 
 
 def previous_status(spark: SparkSession, settings: Settings, run_ids: Sequence[str] = (),

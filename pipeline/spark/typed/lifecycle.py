@@ -58,6 +58,7 @@ from pipeline.typed.layouts import column_types
 from pipeline.typed.lifecycle import (
     LIFECYCLE_STATUSES,
     Action,
+    FileState,
     LifecycleEvent,
     Target,
     files_of,
@@ -130,7 +131,9 @@ def apply_lifecycle(spark: SparkSession, batch: DataFrame, batch_id: int, settin
     label_tables(spark, settings, statuses, layouts)
     log.info("lifecycle batch %s: %s events, %s file transitions", batch_id, len(event_rows),
              len(status_rows))
-    return {"schema_events": len(event_rows), "file_status": len(status_rows)}
+    # each file's staleness after the batch, for the metrics (urbpipe_file_stale)
+    stale = {f"file_stale:{s.dbid}/{s.fnr}": int(s.status is FileState.STALE) for s in statuses}
+    return {"schema_events": len(event_rows), "file_status": len(status_rows), **stale}
 
 
 # ------------------------------------------------------------------------- reading

@@ -161,11 +161,13 @@ def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, set
     recs = recs.persist()
     counts: dict[str, int] = {}
     try:
-        # the files present, with their record count: one Spark job
+        # the files present, with their newest commit time (the tombstones' retention
+        # horizon) and their record count: one Spark job
         files_present = (recs.groupBy("subscription", "dbid", "fnr")
                          .agg(F.max(F.unix_micros("commit_time")).alias("newest_us"),
                               F.count("*").alias("records")).collect())
-        present = {f"{r['subscription'].lower()}_{r['fnr']}" for r in files_present}
+        present = {settings.table_suffix(r["subscription"], r["dbid"], r["fnr"])
+                   for r in files_present}
         specs, events, fresh = _specs(spark, settings, batch, batch_id, present)
         if next_layouts is not None and present:  # the versions were read: the specs are final
             next_layouts.known(batch_id, specs)

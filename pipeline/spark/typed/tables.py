@@ -20,6 +20,7 @@ from pipeline.spark.land.datafiles import writer_mode
 from pipeline.spark.land.tables import (
     CHANGE_FEED,
     SCHEMAS,
+    SENT_TABLE,
     lifetime_properties,
     set_properties,
     table_path,
@@ -132,8 +133,9 @@ def typed_properties(settings: Settings, name: str) -> dict[str, str]:
 
 
 def job_tables(settings: Settings) -> list[str]:
-    """Every table the job writes for this conf: its own, then each layout's typed tables."""
-    names = list(SCHEMAS)
+    """Every table the job writes for this conf: its own (what it sent to Kafka last), then
+    each layout's typed tables."""
+    names = [*SCHEMAS, SENT_TABLE]
     for lay in settings.layouts:
         names.extend(name for name, _ in typed_tables(lay) if name not in names)
     return names
