@@ -29,7 +29,7 @@ KEYS = ["subscription", "destination", "epoch", "tsnr"]
 @pytest.fixture(scope="module")
 def typed(spark, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Scenario:
     scenario = Scenario.build(tmp_path_factory.mktemp("typed"), "typed", transactions=60,
-                              seed=23, max_message_size=900,
+                              seed=24, max_message_size=900,
                               faults={"redeliver": 2, "drop_transaction": 2},
                               subscriptions=[COLOR, EMPLOYEE], layouts=True)
     conf = {lay.subscription: lay for lay in scenario.settings.layouts}
