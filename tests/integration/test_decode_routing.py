@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.spark.engine.decode_stage import Covered, RecordDecoder
+from pipeline.reassembly.routing import Covered
+from pipeline.spark.engine.decode_stage import RecordDecoder
 from pipeline.urb import decode_message, encode_message, make_element
 
 COVERED = {"OUT1": [Covered("COLOR", frozenset({(10006, 4)})),

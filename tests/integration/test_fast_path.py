@@ -18,9 +18,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import tests.integration.harness as harness
+from pipeline.reassembly import call
+from pipeline.reassembly.call import CallResult
 from pipeline.sim import FaultPlan
 from pipeline.sim.faults import KINDS
-from pipeline.spark.engine.state_stage import STATS_TABLE, KeyStep, state_function
+from pipeline.spark.engine.state_stage import STATS_TABLE, state_function
 from tests.integration.harness import (
     Harness,
     call_key,
@@ -99,7 +101,7 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     seen = {"landed": 0}
     real = harness.key_step
 
-    def spy(*args: Any, **kwargs: Any) -> KeyStep:
+    def spy(*args: Any, **kwargs: Any) -> CallResult:
         done = real(*args, **kwargs)
         if done.landed is not None:
             seen["landed"] += len(done.landed["transactions"]["tsnr"])
@@ -417,7 +419,7 @@ def _direct_call(tmp: Any, flush: int, encoding: str, monkeypatch: pytest.Monkey
     from pipeline.spark.land.datafiles import FILES_TABLE, DataFiles
     from pipeline.spark.land.tables import DIRECT_TABLES
 
-    monkeypatch.setattr(state_stage, "FLUSH_TRANSACTIONS", flush)
+    monkeypatch.setattr(call, "FLUSH_TRANSACTIONS", flush)
     monkeypatch.setattr(state_stage, "task_batch_id", lambda: 3)
     files = DataFiles(paths={t: str(tmp / t) for t in DIRECT_TABLES}, stats_columns=32,
                       mirror_subscriptions=frozenset(), mirror_statuses=frozenset())

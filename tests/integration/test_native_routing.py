@@ -22,7 +22,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks.bench_state import stream
-from pipeline.spark.engine.decode_stage import Covered, RecordDecoder
+from pipeline.reassembly.routing import Covered
+from pipeline.spark.engine.decode_stage import RecordDecoder
 from pipeline.urb import encode_message, make_element
 from pipeline.urb.native import LIBRARY, load_router
 from tests.integration.harness import decoder_for

@@ -9,9 +9,10 @@ from dataclasses import replace
 from pipeline.payload import LayoutKey, layout_from_gfft, parse_format_buffer
 from pipeline.payload.gfft import gfft_from_layout, gfft_view
 from pipeline.reassembly.events import LayoutReceived, LayoutRejected, TransactionComplete
+from pipeline.reassembly.routing import Covered
 from pipeline.reassembly.rows import ElementRow
 from pipeline.reassembly.tables import events_to_rows, stck_to_datetime
-from pipeline.spark.engine.decode_stage import Covered, RecordDecoder
+from pipeline.spark.engine.decode_stage import RecordDecoder
 from pipeline.urb import encode_message, make_element
 from tests.reassembly.builders import STCK_2004, Elem, Feed, Harness, elements, txn
 
