@@ -1,7 +1,7 @@
 """Message-level evidence: URBHMSNR continuity of a destination, and status-message copies.
 
-URBHMSNR numbers every message the replicator sends to a destination (seed 001, rule 1.5),
-restarting at 1 after a replicator restart (rule 16). A transaction lost in transport shows
+URBHMSNR numbers every message the replicator sends to a destination (R1),
+restarting at 1 after a replicator restart (R8). A transaction lost in transport shows
 as a tsnr gap; a lost *status-only* message (DEAC, LOST, AUTI, INST/CMPL …) has no tsnr, so
 the message numbers are its only trace. The destination-wide key sees every message number of
 its topic (the decode stage hands it runs of consecutive numbers) and reports a hole.

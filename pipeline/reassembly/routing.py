@@ -7,11 +7,11 @@ different keys would be lost without a trace (tests/integration/test_decode_rout
 the rules live here, once, and work on any element with ``eye`` and ``fields``.
 
 The rules (the Kafka key routes nothing: a real connector writes none):
-- data elements take the subscription their message names (seed 001, rule 13: a message
-  carries one subscription; URBT, URBC and URBE name it);
+- data elements take the subscription their message names (R7: a message carries one
+  subscription; URBT, URBC and URBE name it);
 - a status that names no subscription (STRT, REST, TERM …) belongs to its destination's key
   (destination, ""); STRT/REST also reach every configured subscription of the destination
-  as *echoes* (numbering restarts there too: seed 001, rule 16; only the destination key
+  as *echoes* (numbering restarts there too: R8; only the destination key
   lands them);
 - replies (TRSP, SUBS …) belong to the subscription and destination they name; one naming no
   destination (seed 000's examples) goes to the topic's destination when it carries that
@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-#: Statuses that restart the replicator's numbering (seed 001, rule 16).
+#: Statuses that restart the replicator's numbering (R8).
 RESTART_STATUS = frozenset({"STRT", "REST"})
 #: The field that names the subscription in each kind of data element.
 SNAM_FIELD = {"URBT": "urbtsnam", "URBC": "urbcsnam", "URBE": "urbesnam"}
@@ -46,7 +46,7 @@ class Covered(NamedTuple):
 
 
 def subscription_of(elements: Sequence[Any]) -> str:
-    """Rule 13: a message carries one subscription; URBT/URBC/URBE name it ('' if none)."""
+    """R7: a message carries one subscription; URBT/URBC/URBE name it ('' if none)."""
     for el in elements:
         name = el.fields.get(SNAM_FIELD.get(el.eye, ""), "")
         if name:
