@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pipeline.reassembly import assembler, initial_state
+from pipeline.reassembly import assembler, initial_state, transitions
 from pipeline.reassembly.events import (
     MessagesMissing,
     MessagesUnseen,
@@ -55,7 +55,7 @@ class Messages(Context):
 
     def _data_message(self, msg: tuple[ElementRow, ...]) -> None:
         first = msg[0]
-        self.st.stat.data_seen(self.now)
+        transitions.data_seen(self.st, self.now)
         if self._repeated(first):
             self._duplicate(tsnr_of(first), f"message {first.urbhmsnr} delivered again", first)
             return

@@ -4,7 +4,7 @@ evidence the replicator's own clock gives (R2)."""
 
 from __future__ import annotations
 
-from pipeline.reassembly import assembler, gaps, pseudo
+from pipeline.reassembly import assembler, gaps, pseudo, transitions
 from pipeline.reassembly.events import (
     EpochStarted,
     GapFilledLate,
@@ -50,7 +50,7 @@ class Placing(Context):
         self._advance(verdict, u, "transaction(s) never received")
         origin = "resend" if p.resend else "live"
         txn = assembler.finish(p, self.key, self.st.epoch, origin, self.now)
-        self.st.window.add(p.tsnr, p.fp, self.st.epoch)
+        transitions.remember_landed(self.st, [(p.tsnr, p.fp)])
         barrier = gaps.hold_barrier(self.st.gaps)
         if barrier is not None and u > barrier:
             self._hold(u, txn)
@@ -118,19 +118,17 @@ class Placing(Context):
         ``through`` also counts ``u`` itself as missing (a transaction that never landed).
         """
         st = self.st
-        st.epoch_fresh = False
         if verdict is Verdict.FILL:
+            st.epoch_fresh = False
             if not through:
                 self._fill(u)
             return
         start = u if verdict is Verdict.BASELINE else st.next_u
         assert start is not None
-        if verdict is Verdict.BASELINE:
-            st.base_u = u
         end = u if through else u - 1
         if end >= start:
             self._open_gap(start, end, reason, request)
-        st.next_u = max(st.next_u or 0, u + 1)
+        transitions.advance_to(st, u, baseline=verdict is Verdict.BASELINE)
 
     def _mark_missing(self, tsnr: int, fp: int | None, flagged: bool, before: bool,
                       fresh: bool, request: bool = True) -> None:
@@ -177,7 +175,7 @@ class Placing(Context):
         origin = "resend" if p.resend else "live"
         txn = assembler.finish(p, self.key, epoch, origin, self.now)
         if epoch == self.st.epoch:
-            self.st.window.add(p.tsnr, p.fp, epoch)
+            transitions.remember_landed(self.st, [(p.tsnr, p.fp)])
         self._land(txn)
         self.st.count("late_fills")
         if gap is not None:  # an open gap: the position counts as filled after all
@@ -245,6 +243,4 @@ class Placing(Context):
     def _seen_sent(self, stck: int) -> None:
         """The destination's clock: the newest URBHTIME seen on it (evidence for verdicts,
         the partial transaction's timeout and restarts)."""
-        if stck > self.st.newest_sent:
-            self.st.newest_sent = stck
-            self.st.newest_sent_ms = self.config.stck_ms(stck)
+        transitions.seen_sent(self.st, stck, self.config)
