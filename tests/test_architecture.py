@@ -200,6 +200,74 @@ def private_uses(modules: Mapping[str, Path]) -> list[tuple[str, str, str]]:
     return sorted(set(out))
 
 
+#: ``KeyState``'s fields (pipeline/reassembly/state.py), read from its source
+def key_state_fields() -> frozenset[str]:
+    tree = ast.parse((ROOT / "pipeline" / "reassembly" / "state.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "KeyState")
+    return frozenset(n.target.id for n in cls.body
+                     if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name))
+
+
+def _chain(node: ast.expr) -> tuple[str | None, list[str]]:
+    """``a.b[c].d`` -> ("a", ["b", "d"]): the root name and the attributes on the way."""
+    attrs: list[str] = []
+    while isinstance(node, ast.Attribute | ast.Subscript):
+        if isinstance(node, ast.Attribute):
+            attrs.insert(0, node.attr)
+        node = node.value
+    return (node.id if isinstance(node, ast.Name) else None), attrs
+
+
+def _key_state_names(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """The names a function binds to a ``KeyState``: annotated so (``st: KeyState | None``)
+    or assigned from ``KeyState…`` (``KeyState.from_bytes(…)``)."""
+    args = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
+    names = {a.arg for a in args if a.annotation and "KeyState" in ast.unparse(a.annotation)}
+    for node in ast.walk(fn):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and "KeyState" in ast.unparse(node.annotation)):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Assign) and "KeyState" in ast.unparse(node.value):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def _targets(node: ast.AST) -> list[ast.expr]:
+    found = (node.targets if isinstance(node, ast.Assign) else
+             [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else [])
+    flat: list[ast.expr] = []
+    while found:
+        t = found.pop()
+        found += t.elts if isinstance(t, ast.Tuple | ast.List) else []
+        flat += [] if isinstance(t, ast.Tuple | ast.List) else [t]
+    return flat
+
+
+def key_state_writes(modules: Mapping[str, Path],
+                     fields: frozenset[str] | None = None) -> list[tuple[str, int, str]]:
+    """(module, line, what) for each statement that changes a ``KeyState`` held in a name the
+    function types or builds as one (the code's type hints): an assignment to one of its
+    fields (``st.next_u = …``, ``st.counters[k] += …``, ``st.partial.images = …``) or a call
+    on a field (``st.window.add(…)``). Methods of ``KeyState`` are reassembly's own."""
+    fields = fields if fields is not None else key_state_fields()
+    out: list[tuple[str, int, str]] = []
+    for name, path in modules.items():
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            held = _key_state_names(fn)
+            for node in ast.walk(fn) if held else ():
+                writes = [_chain(t) for t in _targets(node)]
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                    root, attrs = _chain(node.func)
+                    if len(attrs) >= 2:
+                        writes.append((root, attrs))
+                out += [(name, node.lineno, f"{root}.{'.'.join(attrs)}")
+                        for root, attrs in writes
+                        if root in held and attrs and attrs[0] in fields]
+    return sorted(set(out))
+
+
 def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
@@ -210,7 +278,18 @@ def test_every_module_is_on_a_floor() -> None:
 
 
 def test_no_import_cycles() -> None:
-    assert find_cycles(graph(project_imports(), runtime_only=True)) == []
+    """Type-only imports included: a loop through ``TYPE_CHECKING`` is still two modules that
+    cannot be understood (or moved) one without the other."""
+    assert find_cycles(graph(project_imports(), runtime_only=False)) == []
+
+
+def test_only_the_reassembly_package_changes_a_key_state() -> None:
+    """h11's first rule: everything that changes a key's state lives in one place
+    (``pipeline.reassembly``: the machine and ``transitions``). The Spark floor reads, stores
+    and measures a ``KeyState``, never writes one."""
+    outside = {m: p for m, p in module_files().items()
+               if not m.startswith("pipeline.reassembly")}
+    assert key_state_writes(outside) == []
 
 
 def test_no_upward_imports() -> None:
@@ -266,6 +345,21 @@ def test_the_checker_catches_an_upward_import() -> None:
              "pipeline.urb.decode": {"pipeline.urb.layouts"}}
     assert upward_imports(edges) == ["pipeline.spark.engine.query -> pipeline.ops.metrics",
                                      "pipeline.spark.land.sinks -> pipeline.spark.typed.stage"]
+
+
+def test_the_checker_catches_a_key_state_write(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text("def f(st: KeyState | None, row: Row):\n    st.next_u = 3\n"
+                    "    st.counters['x'] += 1\n    st.window.add(1, 2, 0)\n"
+                    "    row.next_u = 'x'\n    st.count('landed')\n"
+                    "    new = KeyState.from_bytes(b'')\n    new.epoch, n = 2, 1\n")
+    assert key_state_writes({"pipeline.spark.engine.m": path},
+                            frozenset({"next_u", "counters", "window", "epoch"})) == [
+        ("pipeline.spark.engine.m", 2, "st.next_u"),
+        ("pipeline.spark.engine.m", 3, "st.counters"),
+        ("pipeline.spark.engine.m", 4, "st.window.add"),
+        ("pipeline.spark.engine.m", 8, "new.epoch")]
+    assert "next_u" in key_state_fields() and "window" in key_state_fields()
 
 
 def test_the_checker_reads_imports_as_python_does(tmp_path: Path) -> None:

@@ -160,10 +160,9 @@ class ReassemblyProcessor(StatefulProcessor):
         if st is None:
             self.header.clear()
             return
-        if st.partial is not None and st.partial.images:
-            self.images.appendList([(i.rsnr, i.dsnr, i.image_type, i.payload)
-                                    for i in st.partial.images])
-            st.partial.images = []
+        spill = st.take_partial_images()
+        if spill:
+            self.images.appendList([(i.rsnr, i.dsnr, i.image_type, i.payload) for i in spill])
         self.header.update((st.to_bytes(),))
 
     def _arm(self, next_timeout_ms: int | None, now_ms: int) -> None:
