@@ -39,9 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script
     sys.path.insert(0, str(ROOT))
 
+from devtools.sim import Replicator  # noqa: E402
 from pipeline.reassembly import KeyState, columnar, step  # noqa: E402
 from pipeline.reassembly.tables import events_to_tables  # noqa: E402
-from pipeline.sim import Replicator  # noqa: E402
 from pipeline.spark.engine.gcpause import gc_paused  # noqa: E402
 from pipeline.spark.engine.state_stage import key_step, split_frames  # noqa: E402
 from pipeline.spark.land.datafiles import DataFiles  # noqa: E402

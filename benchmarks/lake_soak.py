@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
             samples += run_phase(phase, args, run_dir)
     finally:
         if started_broker and not args.keep_broker:
-            from pipeline.ops import broker
+            from devtools import broker
 
             print(broker.stop(settings))
     print("\nfirst and last sample of each phase:")

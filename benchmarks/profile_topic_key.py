@@ -2,7 +2,7 @@
 
 ``profile_key.py`` makes its stream with the simulator; this reads the messages a
 ``bench_pipeline.py`` run loaded (its broker must be up: ``--keep-broker``, or
-``python -m pipeline.ops.broker start --conf-file .bench/runs/RUN/conf.yaml``), so the call
+``python -m devtools.broker start --conf-file .bench/runs/RUN/conf.yaml``), so the call
 sees exactly what the job's state task saw in one batch. Run from the repository root::
 
     .venv/bin/python benchmarks/profile_topic_key.py --run 20261127-064311           # 2 calls

@@ -61,7 +61,7 @@ class _Model(BaseModel):
 
 
 #: The roles a secured local broker's SCRAM user can have; each is a set of ACLs derived from
-#: ``topics`` (pipeline/ops/broker_security.py, ``acl_plan``; the table in conf/README.md).
+#: ``topics`` (devtools/broker_security.py, ``acl_plan``; the table in conf/README.md).
 BrokerRole = Literal["job", "replicator", "reader"]
 _BROKER_USER = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 
@@ -289,7 +289,7 @@ def _pair(item: Any) -> tuple[int, int] | None:
 
 def file_keys(dbid: int, files: Sequence[int | SubscriptionFile]) -> tuple[tuple[int, int], ...]:
     """(dbid, fnr) of each entry of a ``files`` list: a plain number is a file of ``dbid``
-    (also the simulator's definitions, pipeline/sim/model.py)."""
+    (also the simulator's definitions, devtools/sim/model.py)."""
     return tuple((f.dbid, f.fnr) if isinstance(f, SubscriptionFile) else (dbid, f)
                  for f in files)
 

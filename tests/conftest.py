@@ -42,7 +42,7 @@ def test_settings() -> Settings:
 @pytest.fixture(scope="session")
 def kafka_bootstrap(test_settings: Settings) -> Iterator[str]:
     """Bootstrap address of the real local broker (started here if needed)."""
-    from pipeline.ops import broker
+    from devtools import broker
 
     was_running = broker.status(test_settings).startswith("broker running")
     broker.start(test_settings)
@@ -67,8 +67,8 @@ def fresh_topic(kafka_bootstrap: str, test_settings: Settings) -> Iterator[str]:
 def secured_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     """The project's broker secured (``kafka.local_broker.security``): SASL_SSL with SCRAM on
     19394, mutual TLS on 19395, ACLs per user; its data in a tmp dir, stopped by its PID."""
+    from devtools import broker
     from pipeline.config import BrokerSecurity, Kafka, LocalBroker
-    from pipeline.ops import broker
 
     home = tmp_path_factory.mktemp("secure-broker") / "kafka"
     settings = Settings(base_dir=str(ROOT), kafka=Kafka(local_broker=LocalBroker(

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.ops.cluster import free_ports
+from devtools.cluster import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_ALERTMANAGER = ROOT / "monitoring" / "alertmanager" / "alertmanager.yml"

@@ -32,14 +32,17 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("pipeline.config", "pipeline.kafka_security", "pipeline.kafka_refusal",
      "pipeline.objectstore", "pipeline.alertmanager"),
     # engine-free typed-table rules, and the replicator simulator
-    ("pipeline.typed", "pipeline.sim"),
+    ("pipeline.typed",),
     # Spark: landing the raw tables, then the typed ones, then the engine that wires them
     ("pipeline.spark", "pipeline.spark.land"),
     ("pipeline.spark.typed",),
     ("pipeline.spark.engine",),
     # operators' commands, the demo, the spark-submit entry points
-    ("pipeline.ops", "pipeline.demo"),
+    ("pipeline.ops",),
     ("jobs",),
+    # the development rig (simulator, local broker and cluster, demo): above the product,
+    # which never imports it
+    ("devtools",),
 )
 
 #: Private names still shared, each with the work that removes it.
@@ -56,7 +59,7 @@ class Import:
     binds: str | None = None  # the local name a module import binds (``as m``, ``from a import m``)
 
 
-def module_files(roots: Iterable[Path] = (ROOT / "pipeline", ROOT / "jobs")
+def module_files(roots: Iterable[Path] = (ROOT / "pipeline", ROOT / "jobs", ROOT / "devtools")
                  ) -> dict[str, Path]:
     """Dotted module name → file, for every module under ``roots``."""
     out: dict[str, Path] = {}
@@ -107,7 +110,7 @@ def imports_of(name: str, source: str, modules: Mapping[str, Path],
 
 def _inside(name: str, modules: Mapping[str, Path]) -> bool:
     """``name`` is a package of the project (a prefix of some module)."""
-    return name.startswith(("pipeline", "jobs")) and any(
+    return name.startswith(("pipeline", "jobs", "devtools")) and any(
         m.startswith(f"{name}.") for m in modules)
 
 
@@ -317,8 +320,18 @@ def test_the_responder_does_not_import_the_replicator() -> None:
     """The simulator's responder works on a protocol (``ReplicatorView``), so the replicator
     imports it and not the other way round."""
     edges = graph(project_imports(), runtime_only=False)
-    assert "pipeline.sim.responder" in edges["pipeline.sim.replicator"]
-    assert "pipeline.sim.replicator" not in edges["pipeline.sim.responder"]
+    assert "devtools.sim.responder" in edges["devtools.sim.replicator"]
+    assert "devtools.sim.replicator" not in edges["devtools.sim.responder"]
+
+
+def test_the_product_imports_nothing_of_the_rig() -> None:
+    """``pipeline`` and ``jobs`` are what a cluster runs (``pipeline.zip``); the simulator,
+    the local broker and cluster helpers and the demo are ``devtools`` and stay out of it."""
+    edges = graph(project_imports(), runtime_only=False)
+    out = [f"{a} -> {b}" for a, bs in edges.items() if not a.startswith("devtools")
+           for b in bs if b.startswith("devtools")]
+    assert out == []
+    assert any(a.startswith("devtools.") for a in edges), "the rig is in the graph"
 
 
 def test_the_codec_imports_nothing_else_of_the_project() -> None:

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from devtools import broker
+from devtools import broker_security as sec
+from devtools.broker_security import AclEntry, acl_plan
 from pipeline.config import BrokerSecurity, Kafka, LocalBroker, Settings, Topics
-from pipeline.ops import broker
-from pipeline.ops import broker_security as sec
-from pipeline.ops.broker_security import AclEntry, acl_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPICS = Topics(outputs={"urb.out1": "OUT1", "urb.out2": "OUT2"},

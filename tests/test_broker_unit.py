@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from devtools import broker
+from devtools.broker import BrokerError, new_cluster_id
 from pipeline.config import Kafka, LocalBroker, Settings
-from pipeline.ops import broker
-from pipeline.ops.broker import BrokerError, new_cluster_id
 from tests.ops.test_topic_check import FakeMetadata, FakeTopic
 
 
@@ -114,7 +114,7 @@ def test_a_deletion_that_never_settles_says_what_to_run(cluster: FakeCluster) ->
     cluster.lingering = 10**6
     cluster.delete_topics(["urb.out1"], 30)
     with pytest.raises(BrokerError, match=r"^could not make urb\.out1 again with one partition "
-                                          r"within 0\.6 s; .*pipeline\.ops\.broker start"):
+                                          r"within 0\.6 s; .*devtools\.broker start"):
         broker._create(SETTINGS, cluster, ["urb.out1"], remade={"urb.out1"}, timeout_s=0.6)
 
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.ops import cluster
+from devtools import cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,7 +24,7 @@ def test_readme_has_the_recipe_verbatim_in_a_bash_block_of_its_cluster_section()
     section = _section((ROOT / "README.md").read_text(), "Running on a real cluster")
     blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
     assert any(cluster.RECIPE in block for block in blocks), (
-        "README 'Running on a real cluster' must show pipeline.ops.cluster.RECIPE verbatim")
+        "README 'Running on a real cluster' must show devtools.cluster.RECIPE verbatim")
 
 
 def test_the_recipe_names_what_exists_and_ships_package_and_jars() -> None:
@@ -32,7 +32,7 @@ def test_the_recipe_names_what_exists_and_ships_package_and_jars() -> None:
     for option in ("--master \"$MASTER\"", "--py-files dist/pipeline.zip", "--jars ",
                    "jobs/stream.py --conf-file \"$CONF\""):
         assert option in cluster.RECIPE, option
-    done = subprocess.run([sys.executable, "-m", "pipeline.ops.cluster", "recipe"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "devtools.cluster", "recipe"], cwd=ROOT,
                           capture_output=True, text=True, check=True)
     assert done.stdout == cluster.RECIPE
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import yaml
 
+from devtools import broker
+from devtools.sim import Delivery, FaultPlan, Replicator
+from devtools.sim.config import from_settings
+from devtools.sim.live import LiveReplicator
 from pipeline.config import Kafka, Settings, load_settings
-from pipeline.ops import broker
-from pipeline.sim import Delivery, FaultPlan, Replicator
-from pipeline.sim.config import from_settings
-from pipeline.sim.live import LiveReplicator
 from tests.integration.truth import Sent, generate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,7 +128,7 @@ class Scenario:
     def latest_gaps(self, spark: Any, kind: str | None = None) -> list[dict[str, Any]]:
         """Each gap's latest row; only gaps of ``kind`` (``tsnr``: transactions, ``messages``:
         URBHMSNR holes, which every lost message also makes) when given."""
-        from pipeline.demo import LATEST_GAPS
+        from devtools.demo import LATEST_GAPS
         from pipeline.spark.land.tables import table_path
 
         rows = spark.sql(LATEST_GAPS.format(path=table_path(self.settings, "gaps"))).collect()
@@ -136,7 +136,7 @@ class Scenario:
 
     def run(self, spark: Any, *, timeout_s: float = 420.0, settle_gaps: bool = True) -> None:
         """Start the job, send the stream, answer requests, wait until all is landed."""
-        from pipeline.demo import gaps_settled
+        from devtools.demo import gaps_settled
         from pipeline.ops.metrics import job_metrics
         from pipeline.spark.engine.drain import await_idle, stop_between_batches
         from pipeline.spark.engine.query import start_stream

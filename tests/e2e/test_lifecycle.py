@@ -11,13 +11,13 @@ from decimal import Decimal
 
 import pytest
 
+from devtools.sim import Replicator, SimConfig
+from devtools.sim.config import from_settings
+from devtools.sim.live import LiveReplicator
+from devtools.sim.utility import parse_spec
 from pipeline.payload import encode_payload, layout_from_conf
 from pipeline.reassembly.events import StatusReceived
 from pipeline.reassembly.tables import events_to_rows
-from pipeline.sim import Replicator, SimConfig
-from pipeline.sim.config import from_settings
-from pipeline.sim.live import LiveReplicator
-from pipeline.sim.utility import parse_spec
 from pipeline.spark.engine.state_stage import OUTPUT_DDL, to_output
 from pipeline.spark.land.tables import ensure_tables, table_path
 from pipeline.spark.typed.lifecycle import apply_lifecycle

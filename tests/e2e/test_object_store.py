@@ -36,9 +36,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from devtools import broker
 from pipeline.config import Settings, load_settings
 from pipeline.objectstore import access
-from pipeline.ops import broker
 from tests.conftest import S3Server
 from tests.faults.helpers import (
     Job,

@@ -17,9 +17,9 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
+from devtools import broker
+from devtools import broker_security as sec
 from pipeline.config import Settings
-from pipeline.ops import broker
-from pipeline.ops import broker_security as sec
 
 pytestmark = pytest.mark.e2e
 

@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 from chispa import assert_df_equality
 
+from devtools import broker
+from devtools import broker_security as sec
 from pipeline.config import Settings
-from pipeline.ops import broker
-from pipeline.ops import broker_security as sec
 from tests.e2e.scenario import BOTH_FORMS, Scenario, commits, landed, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]

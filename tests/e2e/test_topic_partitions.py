@@ -19,8 +19,8 @@ import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
 from deltalake import write_deltalake
 
+from devtools import broker
 from pipeline.config import Settings, load_settings
-from pipeline.ops import broker
 from pipeline.ops.cli import main as urbpipe
 from pipeline.ops.topic_check import check_source_topics, cluster_partitions
 from pipeline.spark.land.tables import arrow_schema, table_path
@@ -130,7 +130,7 @@ def test_broker_start_remakes_source_topics_an_older_version_made(
 
 
 def test_the_demo_reset_leaves_single_partition_source_topics(make_conf: MakeConf) -> None:
-    from pipeline.demo import reset
+    from devtools.demo import reset
 
     settings, _ = make_conf({"out1": 3, "replies": 2})
     reset(settings)

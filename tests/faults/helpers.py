@@ -26,11 +26,11 @@ from typing import Any
 
 import yaml
 
+from devtools.sim import FaultPlan, Replicator
+from devtools.sim.config import from_settings
+from devtools.sim.live import LiveReplicator
 from pipeline.config import Settings, load_settings
 from pipeline.objectstore import S3Access
-from pipeline.sim import FaultPlan, Replicator
-from pipeline.sim.config import from_settings
-from pipeline.sim.live import LiveReplicator
 from tests.integration.truth import Sent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +59,7 @@ def fault_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | Non
     here (a first batch took 86 s of a shared machine), so only a test that checks them pays.
     ``sections``: whole conf sections to set (``alertmanager``, ``maintenance`` …).
     """
-    from pipeline.ops import broker
+    from devtools import broker
 
     raw = yaml.safe_load(TEST_CONF.read_text())
     if not layouts:

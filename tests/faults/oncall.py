@@ -24,9 +24,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from devtools.cluster import free_ports
 from pipeline.config import Settings
 from pipeline.ops.cli import main
-from pipeline.ops.cluster import free_ports
 from pipeline.ops.dashboard import panels
 from tests.monitor_servers import (
     Webhook,

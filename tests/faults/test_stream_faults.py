@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from devtools.sim import FaultPlan, Replicator
+from devtools.sim.live import LiveReplicator
+from devtools.sim.sinks import KafkaSink
 from pipeline.config import Settings
-from pipeline.sim import FaultPlan, Replicator
-from pipeline.sim.live import LiveReplicator
-from pipeline.sim.sinks import KafkaSink
 from pipeline.urb import UrbFormatError, decode_message
 from tests.e2e.scenario import Scenario
 from tests.faults.helpers import (

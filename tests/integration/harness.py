@@ -39,12 +39,12 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
+from devtools.sim import Delivery, Replicator, SimConfig
 from pipeline.reassembly import Event, KeyState, ReassemblyConfig, events_to_rows, step
 from pipeline.reassembly.config import inst_reply_routes
 from pipeline.reassembly.outbound import RequestForm, request_messages
 from pipeline.reassembly.routing import Covered
 from pipeline.reassembly.tables import TABLES, ms_to_datetime
-from pipeline.sim import Delivery, Replicator, SimConfig
 from pipeline.spark.engine.decode_stage import ARROW_SCHEMA, RecordDecoder
 from pipeline.spark.engine.state_stage import key_step, split_frames
 

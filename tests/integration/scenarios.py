@@ -6,8 +6,8 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from pipeline.sim import Delivery, FaultPlan, Replicator, SimConfig
-from pipeline.sim.config import DEFAULT, build_config
+from devtools.sim import Delivery, FaultPlan, Replicator, SimConfig
+from devtools.sim.config import DEFAULT, build_config
 from pipeline.urb import UrbFormatError, decode_message
 from tests.integration.harness import Harness
 from tests.integration.truth import Landed, Sent, generate, landed

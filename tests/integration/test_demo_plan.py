@@ -1,4 +1,4 @@
-"""`make demo` promises (README, pipeline/demo.py) a connector redelivery, a replicator
+"""`make demo` promises (README, devtools/demo.py) a connector redelivery, a replicator
 restart and a TRSP 131/35 from the circular resend buffer, with a gaps table that tells the
 truth. Its simulator plan (seed 7, 300 transactions, FAULTS, SIM) runs here through the
 in-memory harness, so a change of the simulator or the job that loses one of them shows up
@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from devtools.demo import FAULTS, SIM
+from devtools.sim import FaultPlan, Replicator
+from devtools.sim.config import from_settings
 from pipeline.config import load_settings
-from pipeline.demo import FAULTS, SIM
-from pipeline.sim import FaultPlan, Replicator
-from pipeline.sim.config import from_settings
 from tests.integration.harness import Harness
 from tests.integration.truth import generate
 

@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import tests.integration.harness as harness
+from devtools.sim import FaultPlan
+from devtools.sim.faults import KINDS
 from pipeline.reassembly import call
 from pipeline.reassembly.call import CallResult
-from pipeline.sim import FaultPlan
-from pipeline.sim.faults import KINDS
 from pipeline.spark.engine.state_stage import STATS_TABLE, state_function
 from tests.integration.harness import (
     Harness,

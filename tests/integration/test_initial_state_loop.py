@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
+from devtools.sim import FaultPlan, Replicator
+from devtools.sim.payloads import encode_record
 from pipeline.ops.initial_state_cmd import current_requests
 from pipeline.reassembly import TransactionComplete, stck_to_datetime
 from pipeline.reassembly.config import InitialStateTarget
 from pipeline.reassembly.events import InitialStateRequested
-from pipeline.sim import FaultPlan, Replicator
-from pipeline.sim.payloads import encode_record
 from pipeline.typed.versioning import action_of, apply_batch
 from pipeline.urb import decode_message
 from tests.integration.harness import REQUEST_TOKEN, Harness, default_reassembly

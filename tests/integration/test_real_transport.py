@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from pipeline.sim import FaultPlan
+from devtools.sim import FaultPlan
 from tests.integration.harness import Harness
 from tests.integration.scenarios import (
     SMALLEST_MESSAGE,

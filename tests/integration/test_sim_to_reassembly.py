@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from pipeline.sim import FaultPlan
+from devtools.sim import FaultPlan
 from pipeline.spark.engine.decode_stage import ERROR_EYE
 from pipeline.urb import decode_message
 from tests.integration.harness import REQUEST_TOKEN, Harness, process_batch

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from devtools.sim import Delivery, Replicator
+from devtools.sim.clock import stck
+from devtools.sim.transactions import Transaction
 from pipeline.reassembly import stck_to_datetime
-from pipeline.sim import Delivery, Replicator
-from pipeline.sim.clock import stck
-from pipeline.sim.transactions import Transaction
 from pipeline.urb import UrbFormatError, decode_message
 from tests.integration.harness import Tables
 

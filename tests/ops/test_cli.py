@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from devtools.sim import Replicator, default_config
 from pipeline.ops.cli import main, parse_since
-from pipeline.sim import Replicator, default_config
 from tests.ops.conftest import WriteTable, at, transaction
 
 URBPIPE = shutil.which("urbpipe", path=str(Path(sys.executable).parent)) or "urbpipe"

@@ -147,7 +147,7 @@ def test_dashboard_panels_name_only_catalogued_metrics_and_rules() -> None:
 
 def test_where_names_files_that_exist_and_the_endpoint(capsys: pytest.CaptureFixture[str]
                                                        ) -> None:
-    """What `make demo` ends with (pipeline/demo.py prints monitoring.where)."""
+    """What `make demo` ends with (devtools/demo.py prints monitoring.where)."""
     lines = monitoring.where(Settings(stream={"prometheus_port": 9464,
                                               "prometheus_address": "0.0.0.0"}))
     assert lines[0].startswith("metrics:      http://0.0.0.0:9464/metrics")

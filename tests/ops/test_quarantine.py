@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from devtools.sim import Replicator, default_config
 from pipeline.config import Settings
 from pipeline.ops.cli import main
 from pipeline.ops.lake import Lake
 from pipeline.ops.quarantine_cmd import list_entries, replay
-from pipeline.sim import Replicator, default_config
 from tests.ops.conftest import WriteTable, at
 
 

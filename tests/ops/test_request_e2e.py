@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from devtools.sim import Replicator
+from devtools.sim.config import from_settings
 from pipeline.config import Settings, load_settings
 from pipeline.ops.cli import main
-from pipeline.sim import Replicator
-from pipeline.sim.config import from_settings
 from tests.conftest import TEST_CONF
 
 pytestmark = pytest.mark.e2e

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
+from devtools.sim import Replicator
+from devtools.sim.config import from_settings
 from pipeline.config import Settings, Subscription
 from pipeline.errors import UsageError
 from pipeline.ops import requests_cmd as rc
 from pipeline.ops.cli import main
-from pipeline.sim import Replicator
-from pipeline.sim.config import from_settings
 from pipeline.urb import decode_message
 from pipeline.urb.requests import MAX_ISN
 

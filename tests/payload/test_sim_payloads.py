@@ -1,4 +1,4 @@
-"""The simulator's images (pipeline/sim/payloads.py) decode to the values it meant to write.
+"""The simulator's images (devtools/sim/payloads.py) decode to the values it meant to write.
 
 The simulator writes A (blank padded), P (sign C/D), B (unsigned, message byte order) and U
 (zone F/D in EBCDIC, 3/7 in ASCII) back to back; its layouts become format buffers here.
@@ -12,11 +12,11 @@ from decimal import Decimal
 
 import pytest
 
+from devtools.sim import Replicator, default_config
+from devtools.sim.config import DEFAULT, build_config
+from devtools.sim.model import LayoutField
+from devtools.sim.payloads import decode_record, encode_record, random_record
 from pipeline.payload import RecordLayout, decode_payload, parse_format_buffer
-from pipeline.sim import Replicator, default_config
-from pipeline.sim.config import DEFAULT, build_config
-from pipeline.sim.model import LayoutField
-from pipeline.sim.payloads import decode_record, encode_record, random_record
 from pipeline.urb import decode_message
 
 FORMS = {"ebcdic": {"ebcdic": True, "arc": 0, "acode": 37}, "ascii": {"ebcdic": False, "arc": 9}}

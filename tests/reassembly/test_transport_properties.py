@@ -1,6 +1,6 @@
 """Property test of the machine against the transport a real connector is.
 
-A small replicator model, independent of ``pipeline.sim``, drives ``step`` the way the job
+A small replicator model, independent of ``devtools.sim``, drives ``step`` the way the job
 does: it commits transactions in sessions (a restart begins a session with STRT, numbering
 from 1 and a later clock), packs them into messages (several per message, some split over
 two with URBC), loses some messages in transport, and — the point of the test — has its

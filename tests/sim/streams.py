@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from pipeline.sim import Delivery, SimConfig
+from devtools.sim import Delivery, SimConfig
 from pipeline.urb import Element, Message, decode_message
 
 

@@ -1,4 +1,4 @@
-"""Request answers on a bad day (pipeline/sim/answer_faults.py): a confirmed resend that
+"""Request answers on a bad day (devtools/sim/answer_faults.py): a confirmed resend that
 arrives late, a lost initial-state message, INST refused with 131/44 (IMAXREQ)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from pipeline.sim import Delivery, Replicator, default_config
-from pipeline.sim.sinks import Counts, KafkaSink
+from devtools.sim import Delivery, Replicator, default_config
+from devtools.sim.sinks import Counts, KafkaSink
 from pipeline.urb import requests
 from tests.sim.streams import Received, decode_all, rebuild
 

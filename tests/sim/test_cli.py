@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.sim import LoadOptions, MemorySink, Replicator, default_config, drive, read_messages
-from pipeline.sim.__main__ import main
+from devtools.sim import LoadOptions, MemorySink, Replicator, default_config, drive, read_messages
+from devtools.sim.__main__ import main
 from pipeline.urb import decode_message
 from tests.sim.streams import Received, rebuild
 from tests.urb.oracle import Oracle, normalise
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pipeline.sim", *args],
+        [sys.executable, "-m", "devtools.sim", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -119,7 +119,7 @@ def test_cli_faults_and_help(tmp_path: Path) -> None:
 
 
 def test_cli_connector_flags(tmp_path: Path) -> None:
-    from pipeline.sim.__main__ import _config, _faults, build_parser
+    from devtools.sim.__main__ import _config, _faults, build_parser
 
     args = build_parser().parse_args([
         "--out", "x", "--key", "msgid", "--redeliveries", "2", "--redelivery-max", "10",
@@ -142,7 +142,7 @@ def test_cli_connector_flags(tmp_path: Path) -> None:
 
 def test_cli_config_file_takes_the_transport_keys(tmp_path: Path) -> None:
     """The YAML keys config.py documents for the transport and the clock."""
-    from pipeline.sim.config import load_config
+    from devtools.sim.config import load_config
 
     conf = tmp_path / "sim.yaml"
     conf.write_text(

@@ -8,11 +8,11 @@ from collections import defaultdict
 
 import pytest
 
-from pipeline.sim import Replicator, default_config
-from pipeline.sim.__main__ import _config, build_parser
-from pipeline.sim.model import SimConfig
-from pipeline.sim.payloads import encode_record
-from pipeline.sim.transactions import DELETE
+from devtools.sim import Replicator, default_config
+from devtools.sim.__main__ import _config, build_parser
+from devtools.sim.model import SimConfig
+from devtools.sim.payloads import encode_record
+from devtools.sim.transactions import DELETE
 from pipeline.urb import requests
 from tests.integration.truth import generate
 from tests.sim.streams import decode_all, rebuild
@@ -119,7 +119,7 @@ def test_a_redelivered_stretch_repeats_both_databases_byte_for_byte() -> None:
 
 
 def test_conf_subscriptions_over_two_databases_reach_the_simulator(tmp_path) -> None:
-    from pipeline.sim.config import load_settings_config
+    from devtools.sim.config import load_settings_config
 
     conf = tmp_path / "c.yaml"
     conf.write_text("subscriptions:\n  - name: COLOR\n    initial_state: ICOLOR\n"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.sim import FaultPlan, Replicator, default_config
-from pipeline.sim.faults import MAX_TSNR, next_tsnr
-from pipeline.sim.model import SimConfig
+from devtools.sim import FaultPlan, Replicator, default_config
+from devtools.sim.faults import MAX_TSNR, next_tsnr
+from devtools.sim.model import SimConfig
 from pipeline.urb import UrbFormatError, decode_message, requests
 from tests.sim.streams import by_topic, decode_all, rebuild
 

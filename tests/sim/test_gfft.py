@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from devtools.sim import Replicator, SimConfig, default_config, read_messages
+from devtools.sim.__main__ import main
+from devtools.sim.payloads import decode_record
 from pipeline.payload import decode_payload, layout_from_gfft
-from pipeline.sim import Replicator, SimConfig, default_config, read_messages
-from pipeline.sim.__main__ import main
-from pipeline.sim.payloads import decode_record
 from pipeline.urb import decode_message
 
 

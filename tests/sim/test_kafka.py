@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipeline.sim import KafkaSink, LoadOptions, Replicator, default_config, drive
-from pipeline.sim.load import KafkaRequests
-from pipeline.sim.model import SimConfig
+from devtools.sim import KafkaSink, LoadOptions, Replicator, default_config, drive
+from devtools.sim.load import KafkaRequests
+from devtools.sim.model import SimConfig
 from pipeline.urb import decode_message, requests
 
 pytestmark = pytest.mark.e2e

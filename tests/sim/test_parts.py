@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from pipeline.sim.config import build_config, default_config, load_config, parse_size
-from pipeline.sim.elements import element_size, transaction_parts
-from pipeline.sim.model import LayoutField
-from pipeline.sim.packer import MessageTooSmall, Packer
-from pipeline.sim.payloads import decode_record, encode_record, random_record
-from pipeline.sim.resend import ResendBuffer, stored_size
-from pipeline.sim.transactions import RecordChange, Transaction
+from devtools.sim.config import build_config, default_config, load_config, parse_size
+from devtools.sim.elements import element_size, transaction_parts
+from devtools.sim.model import LayoutField
+from devtools.sim.packer import MessageTooSmall, Packer
+from devtools.sim.payloads import decode_record, encode_record, random_record
+from devtools.sim.resend import ResendBuffer, stored_size
+from devtools.sim.transactions import RecordChange, Transaction
 
 LAYOUT = (
     LayoutField(name="AA", format="A", length=6),
@@ -152,8 +152,8 @@ def test_default_config_has_what_the_tests_rely_on() -> None:
 
 
 def test_config_from_the_jobs_settings() -> None:
+    from devtools.sim.config import from_settings
     from pipeline.config import load_settings
-    from pipeline.sim.config import from_settings
 
     settings = load_settings(Path(__file__).resolve().parents[2] / "conf" / "test.yaml", env={})
     cfg = from_settings(settings)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.sim import Replicator, default_config
-from pipeline.sim.model import SimConfig
+from devtools.sim import Replicator, default_config
+from devtools.sim.model import SimConfig
 from pipeline.urb import requests
 from tests.sim.streams import Received, decode_all, rebuild
 

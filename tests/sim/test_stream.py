@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.sim import Replicator, default_config
-from pipeline.sim.clock import stck
-from pipeline.sim.model import SimConfig
-from pipeline.sim.payloads import decode_record
+from devtools.sim import Replicator, default_config
+from devtools.sim.clock import stck
+from devtools.sim.model import SimConfig
+from devtools.sim.payloads import decode_record
 from tests.sim.streams import by_topic, decode_all, destination_topics, transactions_by_destination
 
 FORMS = ["ebcdic", "ascii"]

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from devtools.sim import Delivery, Replicator, SimConfig, default_config
+from devtools.sim.__main__ import _config, build_parser
+from devtools.sim.clock import WallClock, micros_of
+from devtools.sim.config import from_settings, load_settings_config
 from pipeline.config import load_settings
-from pipeline.sim import Delivery, Replicator, SimConfig, default_config
-from pipeline.sim.__main__ import _config, build_parser
-from pipeline.sim.clock import WallClock, micros_of
-from pipeline.sim.config import from_settings, load_settings_config
 from pipeline.urb import decode_message, requests
 from pipeline.urb.layouts import ALL_TABLES
 

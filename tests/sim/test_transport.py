@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pipeline.sim import Delivery, FaultPlan, Replicator, SimConfig
-from pipeline.sim.config import default_config
+from devtools.sim import Delivery, FaultPlan, Replicator, SimConfig
+from devtools.sim.config import default_config
 from pipeline.urb import decode_message, encode_message, requests, stck_to_datetime
 
 
@@ -288,7 +288,7 @@ def test_the_default_redelivery_reaches_thousands_of_messages_back() -> None:
 def test_the_kafka_sink_holds_a_stalled_delivery_for_its_delay(monkeypatch) -> None:
     import confluent_kafka
 
-    from pipeline.sim import sinks
+    from devtools.sim import sinks
 
     events: list[tuple[str, object]] = []
 
@@ -323,7 +323,7 @@ def test_the_kafka_sink_keeps_the_order_it_sends_in(monkeypatch: pytest.MonkeyPa
     ``test_a_topic_whose_first_messages_were_written_late_loses_them_on_both_paths_and_tells``)."""
     import confluent_kafka
 
-    from pipeline.sim import sinks
+    from devtools.sim import sinks
 
     confs: list[dict] = []
 

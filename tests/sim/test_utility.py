@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from pipeline.sim import Replicator, SimConfig, default_config, load_config, read_messages
-from pipeline.sim.__main__ import main
-from pipeline.sim.utility import UtilityEvent, parse_spec
+from devtools.sim import Replicator, SimConfig, default_config, load_config, read_messages
+from devtools.sim.__main__ import main
+from devtools.sim.utility import UtilityEvent, parse_spec
 from pipeline.typed.lifecycle import Action, interpret
 from pipeline.urb import decode_message
 from tests.integration.harness import Harness

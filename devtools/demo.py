@@ -1,6 +1,6 @@
 """The demo: the whole product on the embedded default, on one machine.
 
-    python -m pipeline.demo [--conf-file conf/local.yaml] [--transactions 300] [--seed 7]
+    python -m devtools.demo [--conf-file conf/local.yaml] [--transactions 300] [--seed 7]
 
 It resets the local topics, lake and checkpoint named in the conf, then runs the replicator
 simulator — a real replicator behind a real MQ source connector: no Kafka key, STRT/REST
@@ -22,8 +22,8 @@ import shutil
 import sys
 import time
 
+from devtools.sim.model import ResendBufferDef
 from pipeline.config import ConfigError, Settings, load_settings
-from pipeline.sim.model import ResendBufferDef
 
 FAULTS = {"drop_transaction": 3, "drop_continuation": 1, "duplicate": 2, "corrupt": 1,
           "restart": 1, "redeliver": 1}
@@ -39,7 +39,7 @@ def reset(settings: Settings) -> None:
     """Empty the demo's topics, lake and checkpoint so every demo run starts the same way."""
     from confluent_kafka.admin import AdminClient
 
-    from pipeline.ops import broker
+    from devtools import broker
 
     admin = AdminClient(settings.kafka.confluent())
     existing = set(admin.list_topics(timeout=10).topics)
@@ -111,7 +111,7 @@ def report(spark, settings: Settings) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devtools.demo", description=__doc__)
     parser.add_argument("--conf-file", default=None)
     parser.add_argument("--transactions", type=int, default=300)
     parser.add_argument("--seed", type=int, default=7)
@@ -122,9 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from devtools.sim import FaultPlan
+    from devtools.sim.live import LiveReplicator
     from pipeline.ops.metrics import job_metrics
-    from pipeline.sim import FaultPlan
-    from pipeline.sim.live import LiveReplicator
     from pipeline.spark.engine.drain import await_idle, stop_between_batches
     from pipeline.spark.engine.query import start_stream
     from pipeline.spark.engine.session import build_session

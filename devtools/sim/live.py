@@ -10,13 +10,13 @@ from __future__ import annotations
 import threading
 import time
 
+from devtools.sim.config import from_settings
+from devtools.sim.faults import FaultPlan
+from devtools.sim.load import KafkaRequests, LoadOptions, Summary, drive
+from devtools.sim.outbox import Delivery
+from devtools.sim.replicator import Replicator
+from devtools.sim.sinks import KafkaSink
 from pipeline.config import Settings
-from pipeline.sim.config import from_settings
-from pipeline.sim.faults import FaultPlan
-from pipeline.sim.load import KafkaRequests, LoadOptions, Summary, drive
-from pipeline.sim.outbox import Delivery
-from pipeline.sim.replicator import Replicator
-from pipeline.sim.sinks import KafkaSink
 
 
 class LiveReplicator:

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipeline.sim.model import SimConfig
-from pipeline.sim.outbox import Delivery, Outbox
+from devtools.sim.model import SimConfig
+from devtools.sim.outbox import Delivery, Outbox
 from pipeline.urb import UrbFormatError, decode_message
 
 #: INST/ERRO subcode: too many initial-state requests in progress (IMAXREQ).

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from pipeline.sim.clock import stck
-from pipeline.sim.model import Subscription
-from pipeline.sim.transactions import RecordChange, Transaction
+from devtools.sim.clock import stck
+from devtools.sim.model import Subscription
+from devtools.sim.transactions import RecordChange, Transaction
 from pipeline.urb import Element, make_element
 
 YES = "Y"

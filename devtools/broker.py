@@ -5,10 +5,10 @@ storage the first time, launches the broker in its own session, waits until it a
 creates the topics named in conf; starting twice is harmless. ``stop`` ends it by the PID it
 wrote. Everything lives in ``kafka.local_broker.data_dir`` (git-ignored). With
 ``kafka.local_broker.security.enabled`` the broker takes TLS, SCRAM or client certificates and
-ACLs only (pipeline/ops/broker_security.py); its CA, passwords and the job's client settings
+ACLs only (devtools/broker_security.py); its CA, passwords and the job's client settings
 land in ``<data_dir>/secure``.
 
-    python -m pipeline.ops.broker start|stop|status|topics [--conf-file conf/local.yaml]
+    python -m devtools.broker start|stop|status|topics [--conf-file conf/local.yaml]
 
 ``topics`` only creates the configured topics on ``kafka.bootstrap_servers`` (any cluster, e.g.
 the Kafka service of docker-compose.yml), waiting until it answers.
@@ -30,8 +30,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from devtools import broker_security as sec
 from pipeline.config import ConfigError, Kafka, Settings, load_settings
-from pipeline.ops import broker_security as sec
 from pipeline.ops.topic_check import partition_counts, problem, source_partitions
 
 JARS_DIR = ".jars/kafka"
@@ -269,7 +269,7 @@ def _create(settings: Settings, admin: Any, topics: list[str], remade: set[str],
             raise BrokerError(
                 f"could not make {', '.join(pending)} again with one partition within "
                 f"{timeout_s:g} s; stop the broker, delete {_home(settings)} and run "
-                "`python -m pipeline.ops.broker start` again")
+                "`python -m devtools.broker start` again")
         if pending:
             time.sleep(0.5)
     _wait_visible(admin, topics, deadline)
@@ -391,7 +391,7 @@ def status(settings: Settings) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.ops.broker",
+    parser = argparse.ArgumentParser(prog="python -m devtools.broker",
                                      description="Start/stop the local KRaft Kafka broker.")
     parser.add_argument("action", choices=["start", "stop", "status", "topics"])
     parser.add_argument("--conf-file", default=None, help="YAML configuration (conf/local.yaml)")

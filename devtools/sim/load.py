@@ -17,8 +17,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Protocol, TextIO
 
-from pipeline.sim.replicator import Replicator
-from pipeline.sim.sinks import Sink
+from devtools.sim.replicator import Replicator
+from devtools.sim.sinks import Sink
 
 
 class RequestSource(Protocol):

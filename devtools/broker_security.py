@@ -313,7 +313,7 @@ def write_client_files(settings: Settings, secure: Path, user: str = "job") -> l
         body = yaml.safe_dump({"kafka": secure_client(settings, secure, user, mode)},
                               sort_keys=False)
         path.write_text(f"# {user} on the secured local broker ({mode}); made by "
-                        f"`python -m pipeline.ops.broker start`\n{body}")
+                        f"`python -m devtools.broker start`\n{body}")
         written.append(path)
     return written
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
-from pipeline.sim.clock import Clock, stck
-from pipeline.sim.model import DatabaseDef, SimConfig, Subscription
-from pipeline.sim.payloads import Value, encode_record, random_record, random_value
+from devtools.sim.clock import Clock, stck
+from devtools.sim.model import DatabaseDef, SimConfig, Subscription
+from devtools.sim.payloads import Value, encode_record, random_record, random_value
 
 INSERT, UPDATE, DELETE, REFRESH = "I", "U", "D", "R"
 RSP_ISN_NOT_FOUND = 113

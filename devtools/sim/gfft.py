@@ -1,6 +1,6 @@
 """The GFFT (URBF + URBGs) a simulated subscription sends for one of its files.
 
-Built from the same layout its payloads follow (``pipeline.sim.payloads``), so a job that
+Built from the same layout its payloads follow (``devtools.sim.payloads``), so a job that
 takes its layouts from the stream decodes the simulator's images without a format buffer.
 Long names are the short names (``AA``): a job maps them to column names with its conf's
 ``columns`` (or gets ``aa``). The replicator sends it after STRT and after REST
@@ -12,10 +12,10 @@ only the ``--key subscription`` convenience puts the subscription's name on its 
 
 from __future__ import annotations
 
+from devtools.sim.elements import Part
+from devtools.sim.model import Subscription
 from pipeline.payload import RecordLayout, parse_format_buffer
 from pipeline.payload.gfft import gfft_from_layout
-from pipeline.sim.elements import Part
-from pipeline.sim.model import Subscription
 from pipeline.urb import make_element
 
 GFID = "SIMGFB"

@@ -1,4 +1,4 @@
-"""Command line: python -m pipeline.sim --help"""
+"""Command line: python -m devtools.sim --help"""
 
 from __future__ import annotations
 
@@ -7,22 +7,22 @@ import json
 import sys
 from collections.abc import Sequence
 
-from pipeline.sim.clock import WallClock
-from pipeline.sim.config import default_config, load_config, load_settings_config
-from pipeline.sim.faults import KINDS, FaultPlan
-from pipeline.sim.load import KafkaRequests, LoadOptions, drive
-from pipeline.sim.model import SimConfig
-from pipeline.sim.replicator import Replicator
-from pipeline.sim.sinks import FileSink, KafkaSink, Sink
-from pipeline.sim.utility import parse_spec
+from devtools.sim.clock import WallClock
+from devtools.sim.config import default_config, load_config, load_settings_config
+from devtools.sim.faults import KINDS, FaultPlan
+from devtools.sim.load import KafkaRequests, LoadOptions, drive
+from devtools.sim.model import SimConfig
+from devtools.sim.replicator import Replicator
+from devtools.sim.sinks import FileSink, KafkaSink, Sink
+from devtools.sim.utility import parse_spec
 
 EPILOG = """\
 examples:
-  python -m pipeline.sim --out run.urb --transactions 500 --seed 7 \\
+  python -m devtools.sim --out run.urb --transactions 500 --seed 7 \\
       --max-message-size 4096 --encoding ascii
-  python -m pipeline.sim --out gaps.urb --transactions 200 --drop-transactions 2 --restarts 1
-  python -m pipeline.sim --kafka localhost:9092 --serve --rate 50 --duration 60
-  python -m pipeline.sim --kafka localhost:9092 --transactions 0 --duration 30 --progress
+  python -m devtools.sim --out gaps.urb --transactions 200 --drop-transactions 2 --restarts 1
+  python -m devtools.sim --kafka localhost:9092 --serve --rate 50 --duration 60
+  python -m devtools.sim --kafka localhost:9092 --transactions 0 --duration 30 --progress
 
 The file format is 4-byte big-endian length + message, repeated. By default the stream is
 what a real replicator behind an MQ source connector delivers: no Kafka key (--key msgid: the
@@ -41,7 +41,7 @@ it a cluster of 3 nuclei (URBTNUCI) whose transactions reach the replicator up t
 their commit, so the replicator numbers them in an order that is not their commit order.
 Request answers can misbehave too: --resend-delay-seconds, --lose-inst-message,
 --inst-max-requests (below).
-See pipeline/sim/config.py for the YAML keys.
+See devtools/sim/config.py for the YAML keys.
 """
 
 _FAULT_FLAGS = {
@@ -59,7 +59,7 @@ _FAULT_FLAGS = {
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m pipeline.sim",
+        prog="python -m devtools.sim",
         description="Event Replicator for Adabas simulator: URB message streams to a file or "
         "Kafka, and answers to TRAN/STAT/INST/OPND/CLSD requests.",
         epilog=EPILOG,
@@ -171,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="send a utility/lifecycle status before transaction AT, e.g. "
         "20:AUTI:COLOR:4:refresh_file, 10:LODS:COLOR:4, "
         "15:AUTI:EMPLOYEE:9:change_field_length:fieldname=AS,newlength=7 "
-        "(see pipeline/sim/utility.py)",
+        "(see devtools/sim/utility.py)",
     )
     what.add_argument(
         "--gfft",
@@ -272,7 +272,7 @@ def _config(args: argparse.Namespace) -> SimConfig:
 
 
 def _answer_settings(args: argparse.Namespace) -> dict[str, object]:
-    """The request-answer options as SimConfig keys (pipeline/sim/answer_faults.py)."""
+    """The request-answer options as SimConfig keys (devtools/sim/answer_faults.py)."""
     out: dict[str, object] = {}
     for name, value, scale in (("resend_delay_ms", args.resend_delay_seconds, 1000),
                                ("inst_busy_ms", args.inst_busy_seconds, 1000),

@@ -12,8 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from devtools.sim.utility import UtilityEvent
 from pipeline.config import SubscriptionFile, check_files_once, file_keys
-from pipeline.sim.utility import UtilityEvent
 
 Encoding = Literal["ebcdic", "ascii"]
 KafkaKey = Literal["none", "msgid", "subscription"]
@@ -195,7 +195,7 @@ class SimConfig(_Frozen):
     utility_events: tuple[UtilityEvent, ...] = ()  # statuses sent before transaction `at`
     gfft_files: tuple[int, ...] = ()  # files whose GFFT goes out at STRT and REST (gfft.py)
     # What the transport between replicator and Kafka does, by default as a real MQ source
-    # connector does it (pipeline/sim/faults.py): no Kafka key (``msgid``: the MQ message id;
+    # connector does it (devtools/sim/faults.py): no Kafka key (``msgid``: the MQ message id;
     # ``subscription``: the old convenience), re-produced batches of up to this many messages,
     # stalls of this long.
     kafka_key: KafkaKey = "none"
@@ -210,7 +210,7 @@ class SimConfig(_Frozen):
     # Databases whose clocks disagree with the replicator's, or that are clusters (DatabaseDef);
     # one not listed is on the replicator's clock with one nucleus.
     databases: tuple[DatabaseDef, ...] = ()
-    # How the replicator answers requests (pipeline/sim/answer_faults.py): a successful TRAN's
+    # How the replicator answers requests (devtools/sim/answer_faults.py): a successful TRAN's
     # TRSP (response 0) goes to the reply destination at once, its resend reaches the output
     # topics resend_delay_ms later (their connector lags; what follows there waits behind it).
     resend_delay_ms: int = Field(default=0, ge=0)

@@ -7,9 +7,9 @@ on a real one; ``make cluster-demo`` and tests/e2e/test_cluster.py run it here. 
 listen on 127.0.0.1 on free ports, run in their own sessions and are stopped by PID (the
 worker's session holds its executors and their Python workers too).
 
-    python -m pipeline.ops.cluster start|stop|status [--dir .run/cluster]
-    python -m pipeline.ops.cluster recipe        # the README recipe, as run here
-    python -m pipeline.ops.cluster demo [--conf-file conf/local.yaml]   # make cluster-demo
+    python -m devtools.cluster start|stop|status [--dir .run/cluster]
+    python -m devtools.cluster recipe        # the README recipe, as run here
+    python -m devtools.cluster demo [--conf-file conf/local.yaml]   # make cluster-demo
 """
 
 from __future__ import annotations
@@ -315,11 +315,11 @@ def demo(home: Path, conf_file: Path, *, transactions: int, seed: int,
     """The README recipe on a cluster here, fed by the simulator: what ``make cluster-demo``
     runs. Resets the conf's topics, lake and checkpoint like ``make demo``; stops the job and
     the cluster at the end, whatever happened."""
+    from devtools.demo import FAULTS, SIM, reset
+    from devtools.sim import FaultPlan
+    from devtools.sim.live import LiveReplicator
     from pipeline.config import load_settings
-    from pipeline.demo import FAULTS, SIM, reset
     from pipeline.ops.lake import Lake
-    from pipeline.sim import FaultPlan
-    from pipeline.sim.live import LiveReplicator
 
     settings = load_settings(conf_file)
     print("cluster-demo: resetting the conf's topics, lake and checkpoint", flush=True)
@@ -335,7 +335,7 @@ def demo(home: Path, conf_file: Path, *, transactions: int, seed: int,
     try:  # from here on, whatever happens, the job and the cluster are stopped
         print(f"cluster: master {cluster.master_url} (UI {cluster.master_ui}), one worker "
               f"(UI {cluster.worker_ui}, executor logs under {cluster.work_dir}/<app id>/)\n"
-              f"running the README recipe (python -m pipeline.ops.cluster recipe); job log "
+              f"running the README recipe (python -m devtools.cluster recipe); job log "
               f"{log}", flush=True)
         job = submit(ROOT, cluster.master_url, conf_file.resolve(), log)
         sim = LiveReplicator(settings, transactions=transactions, seed=seed,
@@ -366,7 +366,7 @@ def demo(home: Path, conf_file: Path, *, transactions: int, seed: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.ops.cluster",
+    parser = argparse.ArgumentParser(prog="python -m devtools.cluster",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=["start", "stop", "status", "recipe", "demo"])
     parser.add_argument("--dir", default=DEFAULT_DIR, help="its PID files, logs, work dir")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from pipeline.sim.elements import element_size
-from pipeline.sim.transactions import Transaction
+from devtools.sim.elements import element_size
+from devtools.sim.transactions import Transaction
 
 
 def stored_size(tx: Transaction) -> int:

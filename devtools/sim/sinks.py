@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from pipeline.sim.outbox import Delivery
+from devtools.sim.outbox import Delivery
 
 _PREFIX = struct.Struct(">I")
 

@@ -39,14 +39,14 @@ import bisect
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from pipeline.sim.answer_faults import TOO_MANY_REQUESTS, AnswerFaults
-from pipeline.sim.clock import Clock, stck
-from pipeline.sim.elements import Part, TxFlags, status_part
-from pipeline.sim.model import InitialStateDef, SimConfig, Subscription
-from pipeline.sim.outbox import Delivery, Outbox
-from pipeline.sim.payloads import encode_record
-from pipeline.sim.resend import ResendBuffer
-from pipeline.sim.transactions import (
+from devtools.sim.answer_faults import TOO_MANY_REQUESTS, AnswerFaults
+from devtools.sim.clock import Clock, stck
+from devtools.sim.elements import Part, TxFlags, status_part
+from devtools.sim.model import InitialStateDef, SimConfig, Subscription
+from devtools.sim.outbox import Delivery, Outbox
+from devtools.sim.payloads import encode_record
+from devtools.sim.resend import ResendBuffer
+from devtools.sim.transactions import (
     REFRESH,
     RSP_ISN_NOT_FOUND,
     RecordChange,

@@ -21,9 +21,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
 
-from pipeline.sim.clock import Clock, stck
-from pipeline.sim.elements import Part
-from pipeline.sim.model import Encoding, SimConfig
+from devtools.sim.clock import Clock, stck
+from devtools.sim.elements import Part
+from devtools.sim.model import Encoding, SimConfig
 from pipeline.urb import encode_message, make_element
 
 Body = list[Part]

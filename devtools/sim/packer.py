@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from pipeline.sim.elements import YES, Part, continuation_part, element_size, header_size
+from devtools.sim.elements import YES, Part, continuation_part, element_size, header_size
 
 Body = list[Part]
 

@@ -13,7 +13,7 @@ import random
 import string
 from collections.abc import Mapping, Sequence
 
-from pipeline.sim.model import Encoding, LayoutField
+from devtools.sim.model import Encoding, LayoutField
 
 Value = str | int
 CODEPAGES: dict[Encoding, str] = {"ebcdic": "cp037", "ascii": "latin-1"}

@@ -31,7 +31,7 @@ YAML keys (all optional except destinations and subscriptions; defaults in brack
       - {name: ICOLOR, dbid: 10006, files: [4], selection: all}   # all | isnlist
     databases:                    # databases not on the replicator's clock (model.DatabaseDef)
       - {dbid: 10007, clock_offset_ms: -50, nuclei: 2, nucleus_lag_ms: 20}
-    # request answers (model.SimConfig; pipeline/sim/answer_faults.py)
+    # request answers (model.SimConfig; devtools/sim/answer_faults.py)
     resend_delay_ms: 0            # a TRAN's resend reaches the output topic this much later
     inst_lost_message: null       # first | middle | last | single: an INST answer loses one
     inst_lost_answers: 1          # ... in this many answers (the re-asked one is whole)
@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from pipeline.sim.model import SimConfig
+from devtools.sim.model import SimConfig
 
 if TYPE_CHECKING:
     from pipeline.config import Settings

@@ -20,19 +20,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from pipeline.sim import responder
-from pipeline.sim.answer_faults import AnswerFaults
-from pipeline.sim.clock import Clock, SimClock, stck
-from pipeline.sim.elements import Part, TxFlags, element_size, status_part, transaction_parts
-from pipeline.sim.faults import WRAP_START, FaultPlan, FaultSchedule, next_tsnr
-from pipeline.sim.gfft import gfft_part
-from pipeline.sim.model import SimConfig, Subscription
-from pipeline.sim.outbox import Body, Delivery, Outbox
-from pipeline.sim.packer import Packer, minimum_message_size
-from pipeline.sim.payloads import CODEPAGES, layout_size
-from pipeline.sim.resend import ResendBuffer
-from pipeline.sim.transactions import Transaction, TransactionGenerator
-from pipeline.sim.utility import EMPTIES_FILE, UtilityEvent
+from devtools.sim import responder
+from devtools.sim.answer_faults import AnswerFaults
+from devtools.sim.clock import Clock, SimClock, stck
+from devtools.sim.elements import Part, TxFlags, element_size, status_part, transaction_parts
+from devtools.sim.faults import WRAP_START, FaultPlan, FaultSchedule, next_tsnr
+from devtools.sim.gfft import gfft_part
+from devtools.sim.model import SimConfig, Subscription
+from devtools.sim.outbox import Body, Delivery, Outbox
+from devtools.sim.packer import Packer, minimum_message_size
+from devtools.sim.payloads import CODEPAGES, layout_size
+from devtools.sim.resend import ResendBuffer
+from devtools.sim.transactions import Transaction, TransactionGenerator
+from devtools.sim.utility import EMPTIES_FILE, UtilityEvent
 from pipeline.urb import make_element
 
 C5_DATA_LEN = 40
