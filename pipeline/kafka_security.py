@@ -4,7 +4,7 @@ The job talks to Kafka through two clients that spell everything differently: li
 confluent-kafka Python clients: the start checks, the producer of requests and alerts, the
 ``urbpipe`` tools) and the Java client inside Spark's Kafka source. One conf (``kafka:``, flat
 keys) must reach both the same way, so the translation lives here, in one pure module, and
-``Kafka.confluent()`` / ``Kafka.spark()`` (pipeline/config.py) are its only callers.
+``Kafka.confluent()`` / ``Kafka.spark()`` (pipeline/config/) are its only callers.
 
 Choices, and why:
 

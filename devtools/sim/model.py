@@ -56,7 +56,7 @@ class LayoutField(_Frozen):
 
 
 class _Files(_Frozen):
-    """``dbid`` and ``files`` as the job's conf has them (pipeline/config.py): plain file
+    """``dbid`` and ``files`` as the job's conf has them (pipeline/config/): plain file
     numbers of ``dbid``, or ``{dbid, fnr}`` pairs of any database (SFILE/SFDBID)."""
 
     dbid: int = Field(gt=0, le=65535)
