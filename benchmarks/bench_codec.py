@@ -7,7 +7,7 @@ Run from the repository root::
 
 Both decoders read every field of every element: ours builds every field value eagerly (no
 lazy decoding), adapya-era's datamaps are asked for every DSECT field by attribute (through
-tests/urb/oracle.py, the same adapter the oracle tests use).  The corpus is the seed's COLOR
+tests/support/oracle.py, the same adapter the oracle tests use).  The corpus is the seed's COLOR
 data message (EBCDIC, 592 bytes), the EMPLOYEE data message (ASCII, 656 bytes), two status
 replies (one of each form) and a larger synthetic transaction (EBCDIC, 20 records with before
 and after images), decoded round-robin.  Each figure is the best of several alternating
@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:  # run as a script
     sys.path.insert(0, str(ROOT))
 
 from pipeline.urb import decode_message, encode_message, make_element  # noqa: E402
-from tests.urb.oracle import Oracle  # noqa: E402
+from tests.support.oracle import Oracle  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "urb" / "fixtures"
 

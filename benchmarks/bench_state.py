@@ -18,7 +18,7 @@ state_stage.py), split into phases and timed one by one:
   temporary folder).
 
 The stream is the simulator's (one subscription, COLOR in EBCDIC or EMPLOYEE in ASCII, 32 KB
-messages), decoded by the decode stage as the harness does (tests/integration/harness.py);
+messages), decoded by the decode stage as the harness does (tests/support/harness.py);
 its first batch (the STRT and a few messages: the key's first call) is a warm-up and not
 counted. The output checks that
 both paths landed the same rows. Peak RSS is the whole process's (stream and both runs).
@@ -46,14 +46,14 @@ from pipeline.spark.engine.gcpause import gc_paused  # noqa: E402
 from pipeline.spark.engine.state_stage import key_step, split_frames  # noqa: E402
 from pipeline.spark.land.datafiles import DataFiles  # noqa: E402
 from pipeline.spark.land.tables import DIRECT_TABLES  # noqa: E402
-from tests.integration.harness import (  # noqa: E402
+from tests.support.harness import (  # noqa: E402
     KafkaLog,
     decoder_for,
     default_reassembly,
     group_frames,
     message_rows,
 )
-from tests.integration.scenarios import sim_config  # noqa: E402
+from tests.support.scenarios import sim_config  # noqa: E402
 
 SUBSCRIPTION = {"ebcdic": "COLOR", "ascii": "EMPLOYEE"}
 WARM_UP = 10  # records of the first, uncounted batch (the STRT: the key's first call)

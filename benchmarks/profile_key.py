@@ -43,7 +43,7 @@ from pipeline.spark.engine.decode_stage import RecordDecoder  # noqa: E402
 from pipeline.spark.engine.gcpause import gc_paused  # noqa: E402
 from pipeline.spark.land.datafiles import DataFiles  # noqa: E402
 from pipeline.spark.land.tables import DIRECT_TABLES  # noqa: E402
-from tests.integration.harness import (  # noqa: E402
+from tests.support.harness import (  # noqa: E402
     decoder_for,
     default_reassembly,
     group_frames,

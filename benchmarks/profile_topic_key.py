@@ -34,7 +34,7 @@ from benchmarks.profile_key import direct_files, fast_landed, job_call, peak_mb 
 from pipeline.config import Settings, load_settings  # noqa: E402
 from pipeline.spark.engine import state_stage  # noqa: E402
 from pipeline.spark.engine.query import reassembly_config, record_decoder  # noqa: E402
-from tests.integration.harness import KafkaRecord, group_frames, message_rows  # noqa: E402
+from tests.support.harness import KafkaRecord, group_frames, message_rows  # noqa: E402
 
 
 def read_topic(settings: Settings, count: int) -> list[KafkaRecord]:

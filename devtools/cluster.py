@@ -34,7 +34,8 @@ DEFAULT_DIR = ".run/cluster"
 START_TIMEOUT_S = 90.0
 
 #: README "Running on a real cluster", run as written by ``submit`` (``$MASTER``, ``$CONF``
-#: set, in the project folder); tests/test_cluster_recipe.py keeps README and this equal.
+#: set, in the project folder); tests/unit/devtools/test_cluster_recipe.py keeps README and
+#: this equal.
 RECIPE = """\
 export PATH="$PWD/.venv/bin:$PATH"   # spark-submit finds pyspark (its SPARK_HOME) this way
 mkdir -p dist && python -m zipfile -c dist/pipeline.zip pipeline

@@ -19,7 +19,7 @@ _SECRET_CONF = re.compile(
     r"^(spark\.hadoop\.)?fs\.s3a\.(bucket\.[^.]+\.)?(access\.key|secret\.key|session\.token)$"
     r"|^(spark\.hadoop\.)?fs\.azure\.account\.key(\..+)?$")
 #: Delta's S3 start-after listing of ``_delta_log``: broken with the jars the product ships
-#: (found by tests/e2e/test_object_store.py on 2026-11-27), so refused instead of failing the
+#: (found by tests/faults/test_object_store.py on 2026-11-27), so refused instead of failing the
 #: job's first commit.
 _FAST_S3A_LIST = "spark.hadoop.delta.enableFastS3AListFrom"
 

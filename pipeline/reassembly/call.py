@@ -7,7 +7,7 @@ only converts its frames to those tuples (``pipeline.spark.engine.state_stage``)
 
 Every run of easy messages (and ticks) goes through the fast path (``fast.Resume``), the rest
 through one machine run (``machine.MachineRun``): the same rows and state as ``step`` alone
-(tests/integration/test_fast_path.py). The fast path is tried at the start and again after
+(tests/unit/integration/test_fast_path.py). The fast path is tried at the start and again after
 every message the machine takes while the state is easy (no partial, gap or hold): a status
 every few dozen messages then costs one message on the machine, not the rest of the call.
 Rows the fast path cannot read (echoes, routing errors, control rows) go to the machine in

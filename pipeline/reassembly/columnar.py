@@ -218,7 +218,7 @@ def _eye_codes() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 _EYE_CODES, _EYE_KINDS, _EYE_EBCDIC = _eye_codes()
 #: The compiled walk (pipeline/urb/native), loaded once per process; None: not built, the
-#: numpy walk runs alone (same arrays: tests/reassembly/test_native_walk.py).
+#: numpy walk runs alone (same arrays: tests/unit/reassembly/test_native_walk.py).
 _NATIVE_WALK = load_chain_walker(_EYE_CODES, _EYE_KINDS, _EYE_EBCDIC)
 _FORM_KEYS = {int.from_bytes(k, "big"): (f.ebcdic, f.big) for k, f in FORMS.items()}
 

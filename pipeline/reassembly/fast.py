@@ -31,7 +31,7 @@ What ``step`` would have changed for such messages, and only that, changes here 
 the same functions the machine changes them with (``transitions.place_run``,
 ``transitions.seen_sent``): the duplicate window, the next expected tsnr, ``epoch_fresh``,
 the ``landed`` counter, the STAT tracker's last data time, ``discard`` (cleared by a URBT),
-the destination's clock. The property test ``tests/integration/test_fast_path.py`` holds both
+the destination's clock. The property test ``tests/unit/integration/test_fast_path.py`` holds both
 paths to the same rows and state on simulated streams with every fault kind.
 """
 

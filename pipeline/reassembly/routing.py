@@ -3,7 +3,7 @@
 One set of rules for both places that need them: the decode stage, which only scans a
 message's name fields to emit one row per key (``pipeline.urb.scan``), and the state stage,
 which decodes the message in full and keeps its key's elements. An element the two sent to
-different keys would be lost without a trace (tests/integration/test_decode_routing.py), so
+different keys would be lost without a trace (tests/unit/integration/test_decode_routing.py), so
 the rules live here, once, and work on any element with ``eye`` and ``fields``.
 
 The rules (the Kafka key routes nothing: a real connector writes none):

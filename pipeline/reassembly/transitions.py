@@ -5,8 +5,8 @@ h11's first rule: everything that changes the state lives in one place. The mach
 (``fast.py``) lands runs of plain messages without the machine and must leave exactly the
 state the machine would have left. The changes they have in common are these functions, so a
 change to one of them changes both paths (and the equivalence property test,
-tests/integration/test_fast_path.py, checks the rest). Nothing outside
-``pipeline.reassembly`` changes a ``KeyState`` (tests/test_architecture.py).
+tests/unit/integration/test_fast_path.py, checks the rest). Nothing outside
+``pipeline.reassembly`` changes a ``KeyState`` (tests/unit/test_architecture.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each scenario derives its settings from conf/test.yaml (broker on 127.0.0.1:19092) with fresh
 topic names, so scenarios never see each other's data, and records what the simulator generated
-(``tests.integration.truth``) so landed rows are checked against the source, not against a
+(``tests.support.truth``) so landed rows are checked against the source, not against a
 second decode of the same stream.
 """
 
@@ -23,7 +23,7 @@ from devtools.sim import Delivery, FaultPlan, Replicator
 from devtools.sim.config import from_settings
 from devtools.sim.live import LiveReplicator
 from pipeline.config import Kafka, Settings, load_settings
-from tests.integration.truth import Sent, generate
+from tests.support.truth import Sent, generate
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_CONF = ROOT / "conf" / "test.yaml"

@@ -24,7 +24,7 @@ from pipeline.spark.typed.lifecycle import apply_lifecycle
 from pipeline.spark.typed.stage import write_typed_tables
 from pipeline.urb import datetime_to_stck, decode_message, encode_message, make_element
 from tests.e2e.scenario import Scenario, scenario_settings
-from tests.integration.truth import generate
+from tests.support.truth import generate
 
 COLOR_EBCDIC = {"name": "COLOR", "destinations": ["OUT1"], "files": [4], "ebcdic": True}
 EMPLOYEE_ASCII = {"name": "EMPLOYEE", "destinations": ["OUT1"], "files": [11], "ebcdic": False}

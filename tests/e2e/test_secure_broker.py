@@ -21,8 +21,6 @@ from devtools import broker
 from devtools import broker_security as sec
 from pipeline.config import Settings
 
-pytestmark = pytest.mark.e2e
-
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -31,7 +31,7 @@ from devtools.sim.config import from_settings
 from devtools.sim.live import LiveReplicator
 from pipeline.config import Settings, load_settings
 from pipeline.objectstore import S3Access
-from tests.integration.truth import Sent
+from tests.support.truth import Sent
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_CONF = ROOT / "conf" / "test.yaml"

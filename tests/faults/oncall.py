@@ -28,7 +28,7 @@ from devtools.cluster import free_ports
 from pipeline.config import Settings
 from pipeline.ops.cli import main
 from pipeline.ops.dashboard import panels
-from tests.monitor_servers import (
+from tests.support.monitor_servers import (
     Webhook,
     alertmanager,
     as_measure,

@@ -15,8 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from devtools.sim import FaultPlan, Replicator
 from devtools.sim.live import LiveReplicator
 from devtools.sim.sinks import KafkaSink
@@ -35,9 +33,7 @@ from tests.faults.helpers import (
     with_epochs,
 )
 from tests.faults.oncall import OnCall
-from tests.integration.truth import generate
-
-pytestmark = [pytest.mark.faults, pytest.mark.e2e]
+from tests.support.truth import generate
 
 
 def _decodes(value: bytes) -> bool:
