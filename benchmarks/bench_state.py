@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.results import write_results  # noqa: E402
 from devtools.sim import Replicator  # noqa: E402
 from pipeline.reassembly import KeyState, columnar, step  # noqa: E402
 from pipeline.reassembly.tables import events_to_tables  # noqa: E402
@@ -169,6 +170,17 @@ def report(label: str, out: dict[str, Any]) -> float:
     return total
 
 
+def result_row(size: int, label: str, out: dict[str, Any], total: float,
+               same: bool) -> dict[str, Any]:
+    """One printed line of ``report`` as a JSON row (``benchmarks.results``)."""
+    msgs, txs = out["counts"]["messages"], out["counts"]["transactions"]
+    return {"batch": size, "path": label, "messages": msgs, "transactions": txs,
+            "seconds": round(total, 3), "ms_per_message": round(total / msgs * 1000, 4),
+            "tx_per_s": round(txs / total), "same_rows": same,
+            "phases_ms_per_message": {name: round(sec / msgs * 1000, 4)
+                                      for name, sec in out["times"].items()}}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[2000, 20000],
@@ -187,6 +199,7 @@ def main() -> None:
           f"({args.encoding}, C5 rate {args.c5_rate}), "
           f"{sum(len(r.value) for r in records) / 1e6:.1f} MB, made in "
           f"{time.perf_counter() - t:.1f} s")
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:
         for size in args.sizes:
             part = records[:WARM_UP + size * args.batches]
@@ -196,8 +209,11 @@ def main() -> None:
             same = _rows(slow["columns"]) == _rows(fast["columns"])
             a, b = report("slow", slow), report("fast", fast)
             print(f"  speed-up {a / b:.1f}x; same rows: {same}")
+            rows += [result_row(size, "slow", slow, a, same),
+                     result_row(size, "fast", fast, b, same)]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {peak:.0f} MB")
+    write_results("state", rows)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ _SECRET_CONF = re.compile(
     r"^(spark\.hadoop\.)?fs\.s3a\.(bucket\.[^.]+\.)?(access\.key|secret\.key|session\.token)$"
     r"|^(spark\.hadoop\.)?fs\.azure\.account\.key(\..+)?$")
 #: Delta's S3 start-after listing of ``_delta_log``: broken with the jars the product ships
-#: (found by tests/faults/test_object_store.py on 2026-11-27), so refused instead of failing the
-#: job's first commit.
+#: (delta-storage 4.4 calls an S3A listing method hadoop-aws 3.5.0 lacks: ``NoSuchMethodError``
+#: at the job's first commit, conf/README.md), so refused at start instead.
 _FAST_S3A_LIST = "spark.hadoop.delta.enableFastS3AListFrom"
 
 

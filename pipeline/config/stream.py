@@ -69,24 +69,26 @@ class Stream(Model):
     # so Spark's Kafka source would read and decode a whole batch in one task on one core.
     # Spark's ``maxRecordsPerPartition`` splits the offset range into tasks of at most this
     # many records, decoded in parallel; the state stage orders each key's rows by offset
-    # again, so the split changes no result (BENCHMARKS.md, "The decode stage split").
+    # again, so the split changes no result (decision 0007).
     source_records_per_task: int = Field(5_000, ge=1)
     fail_on_data_loss: bool = True
     shuffle_partitions: int = Field(4, ge=1, le=2000)
     quarantine_poison: bool = True
     # transformWithStateInPandas keeps batch time flat while a huge transaction is open
-    # (BENCHMARKS.md, "State API"); applyInPandasWithState stays selectable.
+    # (decision 0005); applyInPandasWithState stays selectable.
     state_api: Literal["applyInPandasWithState", "transformWithStateInPandas"] = (
         "transformWithStateInPandas")
     metrics_file: str = ".run/metrics.jsonl"
     # The state tasks land a key's leading run of plain messages (whole, in-sequence
     # transactions) column-wise (pipeline/reassembly/fast.py): the same rows and state as
-    # ``step`` alone, several times cheaper. Off: every message goes through ``step``.
+    # ``step`` alone, several times cheaper (decision 0009). Off: every message goes through
+    # ``step``.
     fast_path: bool = True
     # Table properties of the job's own tables (pipeline/spark/land/tables.py,
     # ``table_properties``).
-    # Delta writes a checkpoint every N commits inside the commit that reaches it; at the
-    # default of 10 that cost the four-table batch ~7 s every 10 batches (BENCHMARKS.md).
+    # Delta writes a checkpoint every N commits inside the commit that reaches it, and a batch
+    # commits four bulk tables: Delta's default of 10 makes every tenth batch write four
+    # checkpoints (decision 0011).
     delta_checkpoint_interval: int = Field(50, ge=1, le=10_000)
     # Min/max statistics for the first N columns (the key columns: names, epoch, tsnr …);
     # Delta's default 32 also covers payload-side columns nobody filters on.

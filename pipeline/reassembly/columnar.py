@@ -1,8 +1,8 @@
 """Columnar decode of plain messages: the fast path's reader (see fast.py).
 
 Why: the element decoder builds a dict per element and the state stage an ``ElementRow``
-per element, ~40 Python objects per replicator message; that is most of the state task's
-~0.38 ms per message. Here a batch of messages is one byte buffer: the element chain is
+per element, ~40 Python objects per replicator message; that is most of the slow path's cost
+per message (decision 0009). Here a batch of messages is one byte buffer: the element chain is
 walked for every message at once (one numpy step per element position), and each URBT/URBR/
 URBD/URBE field the landing needs is read as a column at its DSECT offset
 (``pipeline.urb.layouts``), in the byte order each message's URBHBORD names.

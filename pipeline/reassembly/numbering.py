@@ -96,8 +96,8 @@ class Copies:
 
     ``seen`` is the state (serialized, compared); ``_ids`` and ``_newest`` index it so a
     check costs O(1), not a scan of the window: a busy key meets a status every few
-    messages (the simulator's 2 % C5 rate), and the scan was a fifth of its state task's
-    time (issue 17's single-key profile)."""
+    messages (the simulator's 2 % C5 rate), and a scan of the window would be a fifth of its
+    state task's time."""
 
     seen: list[list] = field(default_factory=list)
     _ids: dict[tuple, int] = field(default_factory=dict, init=False, repr=False,

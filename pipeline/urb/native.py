@@ -2,7 +2,7 @@
 
 The decode stage scans every message for the names that key it (``scan.scan_message``): a
 walk of the whole element chain, ~300 elements in a 13 KB message, in Python about 0.3 ms
-per message — most of the stage (BENCHMARKS.md, "One busy key end to end"). Almost every
+per message — most of the stage (decision 0008). Almost every
 message is well formed: a chain of transaction elements (URBT, URBR, URBD, URBE, URBC …)
 whose first URBT/URBC/URBE names the subscription, and now and then a status (URBS). For
 those, ``urbwalk.rs`` (this folder; safe Rust, no crates, built by ``make setup`` with the

@@ -10,16 +10,15 @@ clients through the environment only (the conf file names the endpoint, never a 
 In the end every generated transaction is in the lake exactly once, read back without Spark
 through ``deltalake`` and the same ``object_store`` settings.
 
-The last run also rides out a broker outage (one test, to share its JVM starts: the outage test
-of its own, tests/faults/test_broker_outage.py until 2026-11-27, took 74-97 s of the suite).
-The test runs its OWN broker (ports 39092/39093, data under tmp_path; a test that stops a
-broker must never stop the one the others share), stops it (SIGTERM: a clean broker shutdown)
-for ~10 s while the replicator is loading, and starts it again. What happened on 2026-11-22
-(then a test of its own, on a local lake): the job did NOT exit. Spark's Kafka consumer and
-producer retried through the outage and the query carried on by itself once the broker was
-back; no operator restart was needed. Should a later version fail instead, the test restarts it
-the way an operator would (at most twice) and requires the failure to be reported as exit code
-1 ("query failed"). Either way the rows must be exact: nothing lost, nothing twice (the
+The last run also rides out a broker outage (in this test, to share its JVM starts: an outage
+test of its own would add 74-97 s to the suite). The test runs its OWN broker (ports
+39092/39093, data under tmp_path; a test that stops a broker must never stop the one the
+others share), stops it (SIGTERM: a clean broker shutdown) for ~10 s while the replicator is
+loading, and starts it again. The job does not exit: Spark's Kafka consumer and producer retry
+through the outage and the query carries on by itself once the broker is back; no operator
+restart is needed. Should a later version fail instead, the test restarts it the way an
+operator would (at most twice) and requires the failure to be reported as exit code 1
+("query failed"). Either way the rows must be exact: nothing lost, nothing twice (the
 simulator's producer may repeat messages across the outage; the job must drop those as
 duplicates), no gap, no request, no quarantined message, and SIGTERM ends the last run with
 exit code 0.

@@ -48,7 +48,7 @@ def _source_options(stream: dict[str, Any]) -> dict[str, Any]:
 
 def test_a_batch_of_the_one_partition_topic_is_read_in_tasks_of_a_bounded_size() -> None:
     # one partition per source topic (topic_check): without the split, one task decodes a
-    # whole batch on one core (BENCHMARKS.md, "The decode stage split")
+    # whole batch on one core (decision 0007)
     assert _source_options({})["maxRecordsPerPartition"] == 5_000
     given = _source_options({"source_records_per_task": 16, "max_offsets_per_trigger": 64})
     assert given["maxRecordsPerPartition"] == 16

@@ -10,11 +10,11 @@ The state function decodes the message in full (:meth:`RecordDecoder.element_row
 works out the keys with the same rules from the decoded fields) and keeps the elements of its
 key.
 
-Why not one row per element with the DSECT fields as columns (the first design): a 32 KB
-message holds ~40 elements, and every element row crossed Arrow → JVM rows → shuffle → Arrow
-→ pandas dicts with seven struct columns of ~140 fields; that plumbing cost several times what
-decoding the message twice costs (BENCHMARKS.md, "Pipeline throughput"). One row per message
-shuffles the bytes Kafka delivered and nothing more.
+Why not one row per element with the DSECT fields as columns: a 32 KB message holds ~40
+elements, and every element row would cross Arrow → JVM rows → shuffle → Arrow → pandas dicts
+with seven struct columns of ~140 fields; that plumbing costs several times what decoding the
+message twice costs (decision 0001). One row per message shuffles the bytes Kafka delivered
+and nothing more.
 
 A record whose structure the scan rejects becomes one row with ``error`` set (the full
 decoder's error) for the destination-wide key; the state stage quarantines it with its

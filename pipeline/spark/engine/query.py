@@ -141,7 +141,7 @@ def build_plan(spark: SparkSession, settings: Settings,
     messages = kafka_source(spark, settings).mapInArrow(arrow_decoder(decoder), spark_ddl())
     grouped = messages.groupBy("lane", "destination", "subscription")
     if settings.stream.state_api == "transformWithStateInPandas":
-        # Open transactions' images in append-only list state (BENCHMARKS.md, "State API").
+        # Open transactions' images in append-only list state (decision 0005).
         # Imported only when chosen: it needs pyspark's StatefulProcessor and protobuf.
         from pipeline.spark.engine.state_tws import ReassemblyProcessor
 

@@ -233,9 +233,9 @@ class EarlyFiles:
 
     Each set of files is written on a thread of its own while the call goes on: a key's
     call is one task on one core, and pyarrow releases the GIL while it encodes Parquet,
-    so the writes (~15 % of a busy key's call, BENCHMARKS.md) run beside it, on a core the
-    key's task left idle. One write at a time: the next waits for the one before. A write
-    that fails raises in the call, at the next flush or at ``frames``, as it did inline."""
+    so the writes (a sizeable part of a busy key's call, decision 0010) run beside it, on a
+    core the key's task left idle. One write at a time: the next waits for the one before. A
+    write that fails raises in the call, at the next flush or at ``frames``."""
 
     def __init__(self, files: DataFiles, now_ms: int, tod_offset_us: int) -> None:
         self._files, self._now, self._tod = files, now_ms, tod_offset_us
