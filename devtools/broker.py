@@ -3,8 +3,8 @@
 Used by the demo, the tests and the benchmarks on machines without Docker. ``start`` formats the
 storage the first time, launches the broker in its own session, waits until it answers and
 creates the topics named in conf; starting twice is harmless. ``stop`` ends it by the PID it
-wrote. Everything lives in ``kafka.local_broker.data_dir`` (git-ignored). With
-``kafka.local_broker.security.enabled`` the broker takes TLS, SCRAM or client certificates and
+wrote. Everything lives in ``devtools.local_broker.data_dir`` (git-ignored). With
+``devtools.local_broker.security.enabled`` the broker takes TLS, SCRAM or client certificates and
 ACLs only (devtools/broker_security.py); its CA, passwords and the job's client settings
 land in ``<data_dir>/secure``.
 
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from devtools import broker_security as sec
+from devtools.config import rig
 from pipeline.config import ConfigError, Kafka, Settings, load_settings
 from pipeline.ops.topic_check import partition_counts, problem, source_partitions
 
@@ -43,7 +44,7 @@ class BrokerError(RuntimeError):
 
 
 def _home(settings: Settings) -> Path:
-    return Path(settings.location(settings.kafka.local_broker.data_dir))
+    return Path(settings.location(rig(settings).local_broker.data_dir))
 
 
 def _pid_file(settings: Settings) -> Path:
@@ -76,14 +77,14 @@ def secure_dir(settings: Settings) -> Path:
 
 
 def _client_ports(settings: Settings) -> tuple[int, ...]:
-    lb = settings.kafka.local_broker
+    lb = rig(settings).local_broker
     if lb.security.enabled:
         return lb.security.sasl_ssl_port, lb.security.ssl_port
     return (lb.port,)
 
 
 def _listener_lines(settings: Settings, keystore_password: str | None) -> list[str]:
-    lb = settings.kafka.local_broker
+    lb = rig(settings).local_broker
     if lb.security.enabled:
         if keystore_password is None:
             raise BrokerError("a secured broker's server.properties needs its keystore password")
@@ -100,7 +101,7 @@ def _listener_lines(settings: Settings, keystore_password: str | None) -> list[s
 def _server_properties(settings: Settings, keystore_password: str | None = None) -> str:
     """The broker's server.properties; a secured one names its keystore password, so the file
     is written 0600."""
-    lb = settings.kafka.local_broker
+    lb = rig(settings).local_broker
     home = _home(settings)
     return "\n".join([
         "process.roles=broker,controller",
@@ -141,7 +142,7 @@ def _java(settings: Settings, main: str, *args: str, **popen: object) -> list[st
     if not any(jars.glob("kafka_2.13-*.jar")):
         raise BrokerError(f"broker jars missing in {jars}: run `make jars` first")
     home = _home(settings)
-    return ["java", f"-Xmx{settings.kafka.local_broker.heap}",
+    return ["java", f"-Xmx{rig(settings).local_broker.heap}",
             f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={home / 'logs'}", "-cp", f"{jars}/*", main, *args]
 
@@ -184,7 +185,7 @@ def _admin(settings: Settings):
 def _admin_options(settings: Settings) -> dict[str, str]:
     """The broker's own admin connection: ``kafka`` from conf, or admin over SCRAM for a
     secured local broker (its topics and ACLs are made as admin)."""
-    if settings.kafka.local_broker.security.enabled:
+    if rig(settings).local_broker.security.enabled:
         admin = sec.secure_client(settings, secure_dir(settings), sec.ADMIN)
         return Kafka.model_validate(admin).confluent()  # the job's own mapping
     return settings.kafka.confluent()
@@ -244,7 +245,7 @@ def _create(settings: Settings, admin: Any, topics: list[str], remade: set[str],
     (``remade``): its deletion may not have settled yet, so ask again until it is made."""
     from confluent_kafka.admin import NewTopic
 
-    lb = settings.kafka.local_broker
+    lb = rig(settings).local_broker
     sources = set(settings.source_topics())
     config = {"max.message.bytes": str(lb.max_message_bytes)}
     deadline = time.monotonic() + timeout_s
@@ -306,21 +307,21 @@ def _secure_files(settings: Settings) -> tuple[dict[str, str] | None, str | None
     """For a secured broker: make its CA, certificates and passwords if missing; returns the
     SCRAM passwords and the keystore password (None, None for a PLAINTEXT broker). Storage
     formatted without security has no SCRAM users, so it is refused with what to do."""
-    if not settings.kafka.local_broker.security.enabled:
+    if not rig(settings).local_broker.security.enabled:
         return None, None
     secure = secure_dir(settings)
     formatted = (_home(settings) / "data" / "meta.properties").exists()
     if formatted and not (secure / f"{sec.ADMIN}.password").exists():
         raise BrokerError(f"{_home(settings)} was formatted without security (no SCRAM users): "
                           "stop the broker, delete it (or choose another "
-                          "kafka.local_broker.data_dir) and start again")
-    return sec.prepare(settings.kafka.local_broker, secure)
+                          "devtools.local_broker.data_dir) and start again")
+    return sec.prepare(rig(settings).local_broker, secure)
 
 
 def _after_start(settings: Settings) -> list[str]:
     """Topics, and for a secured broker the users' ACLs and the job's client files."""
     created = create_topics(settings, fix_partitions=True)
-    if not settings.kafka.local_broker.security.enabled:
+    if not rig(settings).local_broker.security.enabled:
         return created
     sec.create_acls(_admin(settings), settings)
     sec.write_client_files(settings, secure_dir(settings))
@@ -329,7 +330,7 @@ def _after_start(settings: Settings) -> list[str]:
 
 def start(settings: Settings) -> str:
     """Start (or find running) the broker and ensure its topics. Returns a status line."""
-    lb = settings.kafka.local_broker
+    lb = rig(settings).local_broker
     where = sec.listeners(lb)
     if _running_pid(settings) is not None:
         wait_until_ready(settings)
@@ -338,7 +339,7 @@ def start(settings: Settings) -> str:
     for port in (*_client_ports(settings), lb.controller_port):
         if _port_taken(port):
             raise BrokerError(f"port {port} on 127.0.0.1 is taken by another process; free it "
-                              "or change kafka.local_broker's ports")
+                              "or change devtools.local_broker's ports")
     home = _home(settings)
     (home / "logs").mkdir(parents=True, exist_ok=True)
     scram, store_password = _secure_files(settings)
@@ -386,7 +387,7 @@ def stop(settings: Settings, timeout_s: float = 30.0) -> str:
 def status(settings: Settings) -> str:
     """One line: running or not, and on which listeners."""
     pid = _running_pid(settings)
-    where = sec.listeners(settings.kafka.local_broker)
+    where = sec.listeners(rig(settings).local_broker)
     return f"broker running on {where} (pid {pid})" if pid else "broker not running"
 
 

@@ -1,4 +1,4 @@
-"""TLS, SCRAM users and ACLs for the local broker (``kafka.local_broker.security``).
+"""TLS, SCRAM users and ACLs for the local broker (``devtools.local_broker.security``).
 
 Banks and insurers run Kafka with TLS, authentication and least-privilege ACLs only; this lets
 the tests and a person run the pipeline that way on one machine. At the first start
@@ -32,7 +32,8 @@ from typing import Any, Literal, NamedTuple
 
 import yaml
 
-from pipeline.config import BrokerRole, LocalBroker, Settings, Topics
+from devtools.config import BrokerRole, LocalBroker, rig
+from pipeline.config import Settings, Topics
 
 ADMIN = "admin"
 BROKER = "broker"  # the broker's own certificate principal: super user with admin
@@ -113,7 +114,7 @@ def acl_plan(topics: Topics, role: BrokerRole) -> list[AclEntry]:
 
 def user_acls(settings: Settings) -> list[tuple[str, AclEntry]]:
     """(user, ACL) for every configured user; admin needs none (super user)."""
-    sec = settings.kafka.local_broker.security
+    sec = rig(settings).local_broker.security
     return [(user, e) for user, role in sec.users.items() for e in acl_plan(settings.topics, role)]
 
 
@@ -288,9 +289,9 @@ def secure_client(settings: Settings, secure: Path, user: str = "job",
                   mode: Mode = "scram") -> dict[str, str]:
     """The ``kafka`` conf keys a client of the secured local broker needs: SCRAM over SASL_SSL,
     or a client certificate (mutual TLS). Secrets are named by file, never included."""
-    sec = settings.kafka.local_broker.security
+    sec = rig(settings).local_broker.security
     if user != ADMIN and user not in sec.users:
-        raise ValueError(f"user {user!r} is not in kafka.local_broker.security.users")
+        raise ValueError(f"user {user!r} is not in devtools.local_broker.security.users")
     ca = str(secure / "ca.pem")
     if mode == "scram":
         return {"bootstrap_servers": f"127.0.0.1:{sec.sasl_ssl_port}",

@@ -84,15 +84,14 @@ def fresh_topic(kafka_bootstrap: str, test_settings: Settings) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def secured_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    """The project's broker secured (``kafka.local_broker.security``): SASL_SSL with SCRAM on
+    """The project's broker secured (``devtools.local_broker.security``): SASL_SSL with SCRAM on
     19394, mutual TLS on 19395, ACLs per user; its data in a tmp dir, stopped by its PID."""
     from devtools import broker
-    from pipeline.config import BrokerSecurity, Kafka, LocalBroker
 
     home = tmp_path_factory.mktemp("secure-broker") / "kafka"
-    settings = Settings(base_dir=str(ROOT), kafka=Kafka(local_broker=LocalBroker(
-        port=19393, controller_port=19392, data_dir=str(home), heap="384m",
-        security=BrokerSecurity(enabled=True, sasl_ssl_port=19394, ssl_port=19395))))
+    settings = Settings(base_dir=str(ROOT), devtools={"local_broker": {
+        "port": 19393, "controller_port": 19392, "data_dir": str(home), "heap": "384m",
+        "security": {"enabled": True, "sasl_ssl_port": 19394, "ssl_port": 19395}}})
     broker.start(settings)
     yield settings
     broker.stop(settings)

@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from devtools.config import SimSubscription, rig
 from devtools.sim.model import SimConfig
 
 if TYPE_CHECKING:
@@ -176,7 +177,8 @@ def from_settings(settings: Settings) -> SimConfig:
     Destinations and topics come from topics.outputs and the reply destination/topic, the
     request topic from topics.requests, subscriptions from the subscriptions section (payload
     layouts: the built-in one of the same name, else the ORDERS one), one shared resend buffer
-    for the subscriptions that have resend_buffer set, and one initial-state definition per
+    for the subscriptions whose devtools.subscriptions entry keeps resend_buffer on, and one
+    initial-state definition per
     subscription that names one, selecting by ISN list (the job asks for the ISNs a resend
     left unverified; conf/README.md, subscriptions.initial_state).
     """
@@ -186,7 +188,8 @@ def from_settings(settings: Settings) -> SimConfig:
     reply = settings.replicator.reply_destination
     destinations = [{"name": d, "topic": t} for t, d in topics.outputs.items()]
     destinations.append({"name": reply, "topic": topics.replies})
-    subs = [_subscription(s) for s in settings.subscriptions]
+    generate = rig(settings)
+    subs = [_subscription(s, generate.subscription(s.name)) for s in settings.subscriptions]
     states = [
         {"name": s.initial_state, **_files(s), "selection": "isnlist"}
         for s in settings.subscriptions
@@ -211,14 +214,16 @@ def _files(sub: Any) -> dict[str, Any]:
                                         for f in sub.files]}
 
 
-def _subscription(sub: Any) -> dict[str, Any]:
+def _subscription(sub: Any, generate: SimSubscription) -> dict[str, Any]:
+    """A conf subscription as the simulator takes it; its message form, images and resend
+    buffer from the rig's section (``devtools.subscriptions.<name>``)."""
     return {
         "name": sub.name,
         "destinations": sub.destinations,
         **_files(sub),
         "encoding": "ebcdic" if sub.ebcdic else "ascii",
-        "images": sub.images,
-        "resend_buffer": "RESEND1" if sub.resend_buffer else None,
+        "images": generate.images,
+        "resend_buffer": "RESEND1" if generate.resend_buffer else None,
         "layout": _LAYOUTS.get(sub.name, _ORDERS),
     }
 

@@ -18,7 +18,7 @@ object store, alertmanager), ``layouts``, ``settings`` (all sections as one) and
 """
 
 from pipeline.config.base import DNAM, ENV_PREFIX, INTERVAL, Model, interval_ms, parse_size
-from pipeline.config.kafka import BrokerRole, BrokerSecurity, Kafka, LocalBroker
+from pipeline.config.kafka import Kafka
 from pipeline.config.layouts import TYPED_KEY_COLUMNS, Layout, typed_table_suffix
 from pipeline.config.loading import DEFAULT_CONF, load_settings
 from pipeline.config.operations import (
@@ -53,14 +53,11 @@ __all__ = [
     "OBJECT_STORE_SCHEMES",
     "TYPED_KEY_COLUMNS",
     "Alertmanager",
-    "BrokerRole",
-    "BrokerSecurity",
     "ConfigError",
     "Gaps",
     "InitialState",
     "Kafka",
     "Layout",
-    "LocalBroker",
     "Maintenance",
     "Model",
     "ObjectStore",

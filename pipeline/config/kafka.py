@@ -1,10 +1,8 @@
 """The ``kafka:`` section: where the brokers are and how the job authenticates (the
-translation to client options is ``pipeline.kafka_security``), and the local broker the
-development rig starts."""
+translation to client options is ``pipeline.kafka_security``)."""
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import (
@@ -16,60 +14,6 @@ from pydantic import (
 
 from pipeline import kafka_security
 from pipeline.config.base import Model
-
-#: The roles a secured local broker's SCRAM user can have; each is a set of ACLs derived from
-#: ``topics`` (devtools/broker_security.py, ``acl_plan``; the table in conf/README.md).
-BrokerRole = Literal["job", "replicator", "reader"]
-_BROKER_USER = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
-
-
-class BrokerSecurity(Model):
-    """TLS, authentication and ACLs for the local broker (``local_broker.security``).
-
-    When enabled the broker listens only on a SASL_SSL port (SCRAM) and an SSL port with client
-    certificates (mutual TLS), has the standard authorizer with no ACL meaning no access, and
-    ``admin`` as its only super user besides itself. Passwords and keys are made at the first
-    start and live in ``<data_dir>/secure`` (mode 0600), never in this file.
-    """
-
-    enabled: bool = False
-    sasl_ssl_port: int = Field(9094, ge=1024, le=65535)
-    ssl_port: int = Field(9095, ge=1024, le=65535)
-    # SCRAM users besides admin (each also gets a client certificate CN=<name>) → their role
-    users: dict[str, BrokerRole] = Field(
-        default_factory=lambda: {"job": "job", "replicator": "replicator", "nowrite": "reader"})
-    cert_days: int = Field(30, ge=1, le=3650)
-
-    @field_validator("users")
-    @classmethod
-    def _user_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
-            if not _BROKER_USER.match(name) or name in ("admin", "broker"):
-                raise ValueError(f"user {name!r}: a lower-case name (letters, digits, - and _) "
-                                 "other than admin and broker, which the broker keeps for itself")
-        return value
-
-
-class LocalBroker(Model):
-    """The single-node KRaft broker the project starts itself (demo, tests, benchmarks)."""
-
-    port: int = Field(9092, ge=1024, le=65535)
-    controller_port: int = Field(9093, ge=1024, le=65535)
-    data_dir: str = ".kafka"
-    heap: str = "512m"
-    max_message_bytes: int = Field(2_097_152, ge=1_048_576)
-    # of the topics the job does not read (requests, alerts); its source topics get one
-    partitions: int = Field(1, ge=1, le=64)
-    security: BrokerSecurity = BrokerSecurity()
-
-    @model_validator(mode="after")
-    def _ports_differ(self) -> LocalBroker:
-        ports = [self.controller_port, self.port]
-        if self.security.enabled:  # the PLAINTEXT port is not opened then
-            ports[1:] = [self.security.sasl_ssl_port, self.security.ssl_port]
-        if len(set(ports)) != len(ports):
-            raise ValueError(f"the broker's ports must differ: {ports}")
-        return self
 
 
 class Kafka(Model):
@@ -114,7 +58,6 @@ class Kafka(Model):
     group_id_prefix: str = Field("spark-kafka-source", min_length=1)
     client_options: dict[str, str] = Field(default_factory=dict)
     java_client_options: dict[str, str] = Field(default_factory=dict)
-    local_broker: LocalBroker = LocalBroker()
 
     @field_validator("java_client_options")
     @classmethod

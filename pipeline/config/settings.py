@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,9 +27,55 @@ from pipeline.config.operations import (
 from pipeline.config.source import Replicator, Subscription, Topics
 from pipeline.config.stream import Stream
 
+#: keys of a subscription only the simulator reads (``devtools.subscriptions.<name>``)
+RIG_SUBSCRIPTION_KEYS = ("images", "resend_buffer")
+log = logging.getLogger("urbpipe.config")
+
+
+def move_rig_keys(data: Any) -> Any:
+    """Older confs keep rig keys in product sections: ``kafka.local_broker`` and a
+    subscription's ``images``/``resend_buffer``. They are still read, moved into
+    ``devtools`` with a warning that says where they belong now."""
+    if not isinstance(data, dict):
+        return data
+    rig = dict(data.get("devtools") or {})
+    moved: list[str] = []
+    kafka = data.get("kafka")
+    if isinstance(kafka, dict) and "local_broker" in kafka:
+        kafka = dict(kafka)
+        rig.setdefault("local_broker", kafka.pop("local_broker"))
+        moved.append("kafka.local_broker -> devtools.local_broker")
+    subs = []
+    for sub in data.get("subscriptions") or []:
+        keys = [k for k in RIG_SUBSCRIPTION_KEYS if isinstance(sub, dict) and k in sub]
+        if keys:
+            rig_subs = dict(rig.get("subscriptions") or {})
+            rig_subs[sub.get("name")] = {**{k: sub[k] for k in keys},
+                                         **(rig_subs.get(sub.get("name")) or {})}
+            rig["subscriptions"] = rig_subs
+            sub = {k: v for k, v in sub.items() if k not in keys}
+            moved.append(f"subscriptions[{sub.get('name')}].{{{','.join(keys)}}} -> "
+                         f"devtools.subscriptions.{sub.get('name')}")
+        subs.append(sub)
+    if not moved:
+        return data
+    log.warning("conf: keys only the development rig reads are still read but belong in the "
+                "devtools section (conf/README.md): %s", "; ".join(moved))
+    out = {**data, "devtools": rig}
+    if kafka is not None:
+        out["kafka"] = kafka
+    if "subscriptions" in data:
+        out["subscriptions"] = subs
+    return out
+
 
 class Settings(Model):
     """Everything the product reads from conf/, validated."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rig_keys(cls, data: Any) -> Any:
+        return move_rig_keys(data)
 
     kafka: Kafka = Kafka()
     topics: Topics = Topics()
@@ -38,6 +85,9 @@ class Settings(Model):
     stream: Stream = Stream()
     spark: SparkSettings = SparkSettings()
     layouts: list[Layout] = Field(default_factory=list)
+    # The development rig's section (simulator, local broker): never read by the job, kept as
+    # written and validated by the rig (``devtools.config``).
+    devtools: dict[str, Any] = Field(default_factory=dict)
     object_store: ObjectStore = ObjectStore()
     maintenance: Maintenance = Maintenance()
     alertmanager: Alertmanager = Alertmanager()

@@ -136,7 +136,7 @@ def check_files_once(keys: Sequence[tuple[int, int]]) -> None:
 
 
 class Subscription(Model):
-    """A replicator subscription the job expects, and what the simulator generates for it.
+    """A replicator subscription the job expects (how the simulator generates it: ``devtools``).
 
     ``files`` lists file numbers of ``dbid`` (the old form, ``[4, 9]``), ``{dbid, fnr}``
     pairs (``[{dbid: 10006, fnr: 4}, {dbid: 10007, fnr: 4}]``), or both. The primary
@@ -148,9 +148,9 @@ class Subscription(Model):
     destinations: list[str] = Field(default_factory=lambda: ["OUT1"])
     dbid: int = Field(DEFAULT_DBID, ge=1, le=65535)
     files: list[int | SubscriptionFile] = Field(default_factory=lambda: [4], min_length=1)
+    # The text form of its images where URBTACOD names no code page (the typed tables decode
+    # them so); the simulator sends the subscription in this form.
     ebcdic: bool = True
-    images: Literal["after", "before", "both"] = "both"
-    resend_buffer: bool = True
     initial_state: str | None = None
 
     @model_validator(mode="before")

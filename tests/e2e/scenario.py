@@ -54,9 +54,9 @@ def scenario_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | 
                          metrics_file=str(tmp_path / "metrics.jsonl"))
     raw["stream"]["gaps"].update(gaps or {})
     raw["stream"].update(stream or {})
-    raw["kafka"]["local_broker"]["data_dir"] = str(ROOT / ".run" / "test-kafka")
+    raw["devtools"]["local_broker"]["data_dir"] = str(ROOT / ".run" / "test-kafka")
     if kafka is not None:
-        raw["kafka"] = {"local_broker": raw["kafka"]["local_broker"], **kafka}
+        raw["kafka"] = dict(kafka)
     raw["spark"]["jars_dir"] = str(ROOT / ".jars" / "spark")
     if subscriptions is not None:
         raw["subscriptions"] = subscriptions

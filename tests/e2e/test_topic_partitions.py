@@ -52,7 +52,7 @@ def make_conf(kafka_bootstrap: str, tmp_path: Path) -> Iterator[MakeConf]:
         raw["stream"].update(lake_dir=str(tmp_path / "lake"),
                              checkpoint_dir=str(tmp_path / "ck"),
                              metrics_file=str(tmp_path / "metrics.jsonl"))
-        raw["kafka"]["local_broker"]["data_dir"] = str(ROOT / ".run" / "test-kafka")
+        raw["devtools"]["local_broker"]["data_dir"] = str(ROOT / ".run" / "test-kafka")
         path = tmp_path / "conf.yaml"
         path.write_text(yaml.safe_dump(raw))
         settings = load_settings(path, env={})

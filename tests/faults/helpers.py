@@ -73,7 +73,7 @@ def fault_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | Non
                          metrics_file=str(tmp_path / "metrics.jsonl"), **(stream or {}))
     raw["stream"]["gaps"].update(gaps or {})
     raw["spark"]["jars_dir"] = str(ROOT / ".jars" / "spark")
-    lb = raw["kafka"]["local_broker"]
+    lb = raw["devtools"]["local_broker"]
     if broker_ports is None:
         lb["data_dir"] = str(ROOT / ".run" / "test-kafka")
     else:

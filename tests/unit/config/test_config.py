@@ -27,7 +27,6 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 @pytest.mark.parametrize(("text", "key", "problem"), [
     ("stream:\n  trigger_interval: soon\n", "stream.trigger_interval", "5 seconds"),
-    ("kafka:\n  local_broker:\n    port: 80\n", "kafka.local_broker.port", "greater than"),
     ("topics:\n  outputs: {t1: TOOLONGNAME}\n", "topics.outputs", "1-8 character"),
     ("stream:\n  gaps:\n    landing_policy: later\n", "stream.gaps.landing_policy", "immediate"),
     ("stream:\n  lake: x\n", "stream.lake", "Extra inputs"),
@@ -137,3 +136,30 @@ def test_a_duplicate_key_is_exit_2_for_the_cli_and_the_job(
     assert job.main(["--conf-file", str(conf)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "is written twice (lines 2 and 3)" in err
+
+
+def test_rig_keys_in_product_sections_are_still_read_with_a_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Older confs keep the rig's keys in product sections; they move to ``devtools`` (the
+    job never reads them) and the warning says where they belong."""
+    from devtools.config import rig
+
+    conf = _write(tmp_path, "kafka:\n  local_broker:\n    port: 19555\n"
+                  "subscriptions:\n  - name: EMPLOYEE\n    files: [11]\n    images: after\n")
+    with caplog.at_level("WARNING", logger="urbpipe.config"):
+        settings = load_settings(conf, env={})
+    assert "kafka.local_broker -> devtools.local_broker" in caplog.text
+    assert "subscriptions[EMPLOYEE].{images} -> devtools.subscriptions.EMPLOYEE" in caplog.text
+    assert "local_broker" not in settings.kafka.model_dump()
+    assert rig(settings).local_broker.port == 19555
+    assert rig(settings).subscription("EMPLOYEE").images == "after"
+    assert rig(settings).subscription("COLOR").images == "both"
+
+
+def test_an_invalid_rig_key_is_one_line_naming_it(tmp_path: Path) -> None:
+    from devtools.config import rig
+
+    settings = load_settings(_write(tmp_path, "devtools:\n  local_broker:\n    port: 80\n"),
+                             env={})  # the job does not read it: no error at its start
+    with pytest.raises(ConfigError, match=r"^devtools\.local_broker\.port: .*greater than"):
+        rig(settings)

@@ -13,7 +13,8 @@ from pydantic import ValidationError
 from devtools import broker
 from devtools import broker_security as sec
 from devtools.broker_security import AclEntry, acl_plan
-from pipeline.config import BrokerSecurity, Kafka, LocalBroker, Settings, Topics
+from devtools.config import BrokerSecurity, LocalBroker, rig
+from pipeline.config import Settings, Topics
 
 ROOT = Path(__file__).resolve().parents[3]
 TOPICS = Topics(outputs={"urb.out1": "OUT1", "urb.out2": "OUT2"},
@@ -21,10 +22,10 @@ TOPICS = Topics(outputs={"urb.out1": "OUT1", "urb.out2": "OUT2"},
 
 
 def _secured(tmp: str = "/data/kafka", **security: object) -> Settings:
-    return Settings(kafka=Kafka(local_broker=LocalBroker(
-        port=19393, controller_port=19392, data_dir=tmp,
-        security=BrokerSecurity(enabled=True, sasl_ssl_port=19394, ssl_port=19395,
-                                **security))))
+    broker = LocalBroker(port=19393, controller_port=19392, data_dir=tmp,
+                         security=BrokerSecurity(enabled=True, sasl_ssl_port=19394,
+                                                 ssl_port=19395, **security))
+    return Settings(devtools={"local_broker": broker.model_dump()})
 
 
 def _readme_plan(role: str, topics: Topics) -> set[AclEntry]:
@@ -151,7 +152,7 @@ def test_client_settings_name_secrets_by_file_only(tmp_path: Path) -> None:
         "ssl_certificate_location": f"{secure}/nowrite.pem",
         "ssl_key_location": f"{secure}/nowrite.key",
         "ssl_key_password_file": f"{secure}/nowrite.key.password"}
-    with pytest.raises(ValueError, match=r"not in kafka\.local_broker\.security\.users"):
+    with pytest.raises(ValueError, match=r"not in devtools\.local_broker\.security\.users"):
         broker.secure_client(settings, "mallory")
     with pytest.raises(ValueError, match="admin has no client certificate"):
         broker.secure_client(settings, "admin", "mtls")
@@ -170,10 +171,10 @@ def test_the_admin_connection_goes_through_the_jobs_mapping_and_reads_the_passwo
 
 
 def test_secrets_are_written_owner_only(tmp_path: Path) -> None:
-    users, store = sec.prepare(_secured(str(tmp_path)).kafka.local_broker, tmp_path / "secure")
+    users, store = sec.prepare(rig(_secured(str(tmp_path))).local_broker, tmp_path / "secure")
     assert set(users) == {"admin", "job", "replicator", "nowrite"}
     assert len(set(users.values())) == 4 and store not in users.values()
-    again, _ = sec.prepare(_secured(str(tmp_path)).kafka.local_broker, tmp_path / "secure")
+    again, _ = sec.prepare(rig(_secured(str(tmp_path))).local_broker, tmp_path / "secure")
     assert again == users  # one password per data dir
     assert (tmp_path / "secure").stat().st_mode & 0o777 == 0o700
     for name in ("admin.password", "ca.key", "broker.p12", "job.key", "job.key.password"):

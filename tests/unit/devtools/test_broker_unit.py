@@ -12,7 +12,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from devtools import broker
 from devtools.broker import BrokerError, new_cluster_id
-from pipeline.config import Kafka, LocalBroker, Settings
+from pipeline.config import Settings
 from tests.unit.ops.test_topic_check import FakeMetadata, FakeTopic
 
 
@@ -78,7 +78,7 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> FakeCluster:
     return fake
 
 
-SETTINGS = Settings(kafka=Kafka(local_broker=LocalBroker(partitions=4)))
+SETTINGS = Settings(devtools={"local_broker": {"partitions": 4}})
 
 
 def test_source_topics_get_one_partition_the_others_local_broker_partitions(

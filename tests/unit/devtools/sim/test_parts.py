@@ -152,6 +152,7 @@ def test_default_config_has_what_the_tests_rely_on() -> None:
 
 
 def test_config_from_the_jobs_settings() -> None:
+    from devtools.config import rig
     from devtools.sim.config import from_settings
     from pipeline.config import load_settings
 
@@ -162,10 +163,11 @@ def test_config_from_the_jobs_settings() -> None:
         assert topics[dest] == topic
     assert topics[settings.replicator.reply_destination] == settings.topics.replies
     assert cfg.request_topic == settings.topics.requests
+    generate = rig(settings)
     for sub in settings.subscriptions:
-        ours = cfg.subscription(sub.name)
+        ours, how = cfg.subscription(sub.name), generate.subscription(sub.name)
         assert ours.encoding == ("ebcdic" if sub.ebcdic else "ascii")
         assert list(ours.files) == sub.files and list(ours.destinations) == sub.destinations
-        assert (ours.resend_buffer is not None) == sub.resend_buffer
+        assert (ours.resend_buffer is not None) == how.resend_buffer
         if sub.initial_state:
             assert cfg.initial_state(sub.initial_state) is not None
