@@ -101,7 +101,8 @@ class OnCall:
                   if r["health"] != "ok"]
         assert not broken, broken
         firing = query(self.prom_url, 'ALERTS{alertname="UrbpipeGapUnrecoverable"}')
-        assert firing, "the rule must fire for the run's unrecoverable gaps"
+        seen = query(self.prom_url, 'urbpipe_gap_transitions_total{state="unrecoverable"}[5m]')
+        assert firing, f"the rule must fire for the run's unrecoverable gaps; the counter: {seen}"
         body = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics",
                                       timeout=10).read().decode()
         table, served = documented_metrics(), served_metrics(body)
