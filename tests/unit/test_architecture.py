@@ -398,3 +398,39 @@ def test_the_checker_reads_imports_as_python_does(tmp_path: Path) -> None:
     uses = private_uses(modules)
     assert uses == [("pipeline.urb.scan", "pipeline.spark.land", "_hidden"),
                     ("pipeline.urb.scan", "pipeline.urb.decode", "_FORMS")]
+
+
+# ------------------------------------------------------------------------- the test tree
+TIER_FOLDERS = ("unit", "spark", "e2e", "faults")
+
+
+def tier_problems(root: Path = ROOT) -> list[str]:
+    """Test modules outside a tier folder, and modules that mark their own tier (a tier is
+    the top folder under tests/, set by tests/conftest.py; the benchmarks' tests are unit)."""
+    out: list[str] = []
+    for path in sorted([*(root / "tests").rglob("test_*.py"),
+                        *(root / "benchmarks" / "tests").rglob("test_*.py")]):
+        rel = path.relative_to(root).parts
+        if rel[0] == "tests" and rel[1] not in TIER_FOLDERS:
+            out.append(f"{path.relative_to(root)}: not under tests/{{{','.join(TIER_FOLDERS)}}}")
+        marks = {n.attr for n in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Attribute)
+                 and n.value.attr == "mark" and n.attr in ("unit", "spark", "e2e", "faults")}
+        out += [f"{path.relative_to(root)}: marks its own tier ({m})" for m in sorted(marks)]
+    return out
+
+
+def test_tiers_come_from_folders() -> None:
+    assert tier_problems() == []
+
+
+def test_the_tier_check_catches_a_stray_module(tmp_path: Path) -> None:
+    (tmp_path / "tests" / "ops").mkdir(parents=True)
+    (tmp_path / "tests" / "unit").mkdir()
+    (tmp_path / "benchmarks" / "tests").mkdir(parents=True)
+    (tmp_path / "tests" / "ops" / "test_a.py").write_text("")
+    (tmp_path / "tests" / "unit" / "test_b.py").write_text(
+        "import pytest\npytestmark = pytest.mark.e2e\n")
+    assert tier_problems(tmp_path) == [
+        "tests/ops/test_a.py: not under tests/{unit,spark,e2e,faults}",
+        "tests/unit/test_b.py: marks its own tier (e2e)"]
