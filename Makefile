@@ -16,12 +16,12 @@ jars:  ## resolve the JVM jars (Spark connector + Delta, Kafka broker) with Mave
 	@scripts/setup.sh
 
 demo: setup  ## run the pipeline on the embedded default (local broker, simulator, job)
-	@$(PY) -m pipeline.ops.broker start --conf-file $(CONF)
-	@$(PY) -m pipeline.demo --conf-file $(CONF)
+	@$(PY) -m devtools.broker start --conf-file $(CONF)
+	@$(PY) -m devtools.demo --conf-file $(CONF)
 
 cluster-demo: setup  ## the demo on a local Spark standalone cluster, submitted by README's recipe
-	@$(PY) -m pipeline.ops.broker start --conf-file $(CONF)
-	@$(PY) -m pipeline.ops.cluster demo --conf-file $(CONF)
+	@$(PY) -m devtools.broker start --conf-file $(CONF)
+	@$(PY) -m devtools.cluster demo --conf-file $(CONF)
 
 test:  ## the whole suite: lint, unit, Spark and end-to-end tests (starts/stops the broker)
 	@scripts/setup.sh --tools
@@ -66,11 +66,11 @@ lake-soak: setup  ## >=2,000 batches, maintenance off then on: files, log size, 
 	@$(PY) benchmarks/lake_soak.py $(LAKE_SOAK_ARGS)
 
 broker-start: setup  ## start the local KRaft broker and create the topics from conf
-	@$(PY) -m pipeline.ops.broker start --conf-file $(CONF)
+	@$(PY) -m devtools.broker start --conf-file $(CONF)
 
 broker-stop:  ## stop the local broker by its PID
-	@$(PY) -m pipeline.ops.broker stop --conf-file $(CONF)
+	@$(PY) -m devtools.broker stop --conf-file $(CONF)
 
 clean:  ## remove generated data (lake, checkpoints, broker data); keeps venv and jars
-	@$(PY) -m pipeline.ops.broker stop --conf-file $(CONF) || true
+	@$(PY) -m devtools.broker stop --conf-file $(CONF) || true
 	rm -rf .lake .run .kafka .bench

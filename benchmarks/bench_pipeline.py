@@ -119,7 +119,7 @@ def throughput_settings(settings: Settings) -> dict[str, Any]:
 
 def ensure_broker(settings: Settings) -> bool:
     """Start the bench broker unless it runs; True if this run started it."""
-    from pipeline.ops import broker
+    from devtools import broker
 
     was_running = broker._running_pid(settings) is not None
     for attempt in range(3):
@@ -136,10 +136,10 @@ def ensure_broker(settings: Settings) -> bool:
 
 def load_topic(settings: Settings, transactions: int, seed: int) -> dict[str, Any]:
     """Fill the output topic flat out with the simulator's load mode; returns its summary."""
-    from pipeline.sim import LoadOptions, Replicator, drive
-    from pipeline.sim.clock import WallClock
-    from pipeline.sim.config import from_settings
-    from pipeline.sim.sinks import KafkaSink
+    from devtools.sim import LoadOptions, Replicator, drive
+    from devtools.sim.clock import WallClock
+    from devtools.sim.config import from_settings
+    from devtools.sim.sinks import KafkaSink
 
     rep = Replicator(from_settings(settings), seed, transactions=transactions,
                      clock=WallClock())
@@ -561,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
              "settings": throughput_settings(settings)}, indent=1))
     finally:
         if started_broker and not args.keep_broker:
-            from pipeline.ops import broker
+            from devtools import broker
 
             print(broker.stop(settings))
     return 0

@@ -12,7 +12,7 @@ or zone the row decoder refuses, a byte the code page does not map on its own, a
 text, more digits than an int64 holds — is marked ``unsure`` and the caller decodes it with
 ``PayloadDecoder`` (values or the exact error). Layouts with items this module does not
 decode (MU/PE fields, PE groups, variable lengths, W and G fields, B over 8 bytes) return
-None: the caller decodes them row by row. ``tests/payload/test_columns.py`` holds the two to
+None: the caller decodes them row by row. ``tests/unit/payload/test_columns.py`` holds the two to
 the same values and errors on random layouts and bytes.
 """
 

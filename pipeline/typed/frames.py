@@ -5,7 +5,7 @@ dict per row; the direct typed writer (``pipeline.spark.typed.file_writer``) lan
 batch in a Python task, tens of thousands of changes at a time, so it needs the same rules on
 columns (pyarrow and numpy, no Python loop per row). The Spark MERGEs (``pipeline.spark.typed``
 ``merge``/``history``) say them a third time, in SQL. The engine-free tests hold all three to
-the model (``tests/typed/test_frames.py``).
+the model (``tests/unit/typed/test_frames.py``).
 
 Order keys compare as Spark compares the MERGE's ``named_struct``: field by field, a null
 before any value (``_greater``). A change is a row with ``isn``, the value columns, ``action``,

@@ -41,9 +41,8 @@ from tests.faults.helpers import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.faults, pytest.mark.e2e, pytest.mark.slow,
-              pytest.mark.timeout(1800)]  # five JVM starts: minutes each on a shared machine
-
+#: five JVM starts: minutes each on a shared machine
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 START_S = 420.0  # JVM + Spark + first batch: minutes when the 2-core machine is shared
 DIRECT = ("transactions", "records", "images")  # the direct writer's: maintain compacts them
 #: what each maintain run takes on: the bulk tables (compacted), and gaps, which the job

@@ -2,13 +2,12 @@
 
 Why: every batch lands rows in four tables (transactions, records, images, status_events).
 Appending them with Spark costs one Spark job and one commit per table, plus a JSON hand-over
-(encode in Python, ``from_json`` in the JVM) of every row. Measured on the 2-core machine
-(BENCHMARKS.md, "Pipeline throughput"): appending one 2,000-message batch's rows, already typed
-and cached, to the four tables takes 0.76 s, more than the raw Kafka→Delta passthrough needs
-for its whole batch. The state task already holds those rows in Python, so it writes them
-with pyarrow (one file per table and call) and hands the driver a small description of each
-file; the driver commits the files with delta-spark's own transaction
-(``pipeline.spark.land.committer``): one commit per table, no Spark job.
+(encode in Python, ``from_json`` in the JVM) of every row: on the 2-core machine more than
+the raw Kafka→Delta passthrough needs for its whole batch (decision 0002). The state task
+already holds those rows in Python, so it writes them with pyarrow (one file per table and
+call) and hands the driver a small description of each file; the driver commits the files
+with delta-spark's own transaction (``pipeline.spark.land.committer``): one commit per table,
+no Spark job.
 
 What one state call does with its table rows (:meth:`DataFiles.split`):
 
