@@ -127,6 +127,8 @@ def _split(recs: pa.Table, imgs: pa.Table) -> Iterator[FileBatch]:
 
 
 def _bounds(table: pa.Table, columns: list[str]) -> list[tuple[FileKey, tuple[int, int]]]:
+    if not table.num_rows:  # no rows, no groups (a file's records without typed images)
+        return []
     starts = np.flatnonzero(group_starts(table, columns))
     ends = [*starts[1:].tolist(), table.num_rows]
     out = []
