@@ -184,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     saved.write_text(json.dumps(rows, indent=1))
     print(f"rows saved in {saved.relative_to(ROOT)} (--report takes them)")
     if any(r["started_broker"] for r in rows):
+        from devtools import broker
         from pipeline.config import load_settings
-        from pipeline.ops import broker
 
         print(broker.stop(load_settings(Path(rows[-1]["conf"]), env={})))
     return 0
