@@ -31,7 +31,7 @@ from benchmarks.results import write_results  # noqa: E402
 from pipeline.urb import decode_message, encode_message, make_element  # noqa: E402
 from tests.support.oracle import Oracle  # noqa: E402
 
-FIXTURES = ROOT / "tests" / "urb" / "fixtures"
+FIXTURES = ROOT / "tests" / "unit" / "urb" / "fixtures"
 
 
 def synthetic_transaction(records: int = 20) -> bytes:
