@@ -5,6 +5,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-
 WORKDIR /opt/urbpipe
 COPY pyproject.toml README.md ./
 COPY pipeline ./pipeline
+COPY devtools ./devtools
 COPY jobs ./jobs
 COPY conf ./conf
 COPY jvm ./jvm

@@ -16,12 +16,12 @@ jars:  ## resolve the JVM jars (Spark connector + Delta, Kafka broker) with Mave
 	@scripts/setup.sh
 
 demo: setup  ## run the pipeline on the embedded default (local broker, simulator, job)
-	@$(PY) -m pipeline.ops.broker start --conf-file $(CONF)
-	@$(PY) -m pipeline.demo --conf-file $(CONF)
+	@$(PY) -m devtools.broker start --conf-file $(CONF)
+	@$(PY) -m devtools.demo --conf-file $(CONF)
 
 cluster-demo: setup  ## the demo on a local Spark standalone cluster, submitted by README's recipe
-	@$(PY) -m pipeline.ops.broker start --conf-file $(CONF)
-	@$(PY) -m pipeline.ops.cluster demo --conf-file $(CONF)
+	@$(PY) -m devtools.broker start --conf-file $(CONF)
+	@$(PY) -m devtools.cluster demo --conf-file $(CONF)
 
 test:  ## the whole suite: lint, unit, Spark and end-to-end tests (starts/stops the broker)
 	@scripts/setup.sh --tools
@@ -43,7 +43,7 @@ faults:  ## fault-injection tests: kill -9, broker outage, corruption, restarts,
 lint: setup  ## ruff
 	@.venv/bin/ruff check .
 
-bench: setup  ## codec, state task, then pipeline vs raw Kafka->Delta at 2,000 and 20,000 msgs/batch and one busy key (~30 min; figures go to BENCHMARKS.md by hand)
+bench: setup  ## codec, state task, pipeline vs raw Kafka->Delta at 2,000 and 20,000 msgs/batch, one busy key, then the typed tables over 1/2/10/50 files (~70 min; figures go to BENCHMARKS.md by hand)
 	@$(PY) benchmarks/bench_codec.py
 	@$(PY) benchmarks/bench_state.py
 	@echo "== pipeline vs raw, 2,000 messages per batch (the template's cap) =="
@@ -52,9 +52,12 @@ bench: setup  ## codec, state task, then pipeline vs raw Kafka->Delta at 2,000 a
 	@$(PY) benchmarks/bench_pipeline.py --transactions 400000 --max-offsets 20000 $(BENCH_ARGS)
 	@echo "== one busy key (every transaction on one state task), 5,000 messages per batch: 4 full batches, so a steady figure =="
 	@$(PY) benchmarks/bench_pipeline.py --transactions 400000 --max-offsets 5000 --subscriptions 1 $(BENCH_ARGS)
+	@echo "== typed tables (each file a layout, history on) over 1/2/10/50 files at 2,000 and 20,000 msgs/batch, against the raw passthrough of the same load =="
+	@$(PY) benchmarks/bench_typed.py $(TYPED_ARGS)
 
-scaling: setup  ## full pipeline at 2k/5k/20k/50k msgs/batch x 1/2/8 busy keys: tx/s, batch time, memory (~40 min; SCALING_ARGS=...)
+scaling: setup  ## full pipeline at 2k/5k/20k/50k msgs/batch x 1/2/8 busy keys, then typed tables over 1/10/50 files: tx/s, batch time, memory (~75 min; SCALING_ARGS=..., TYPED_ARGS=...)
 	@$(PY) benchmarks/scaling.py $(SCALING_ARGS)
+	@$(PY) benchmarks/bench_typed.py --files 1,10,50 $(TYPED_ARGS)
 
 soak: setup  ## >=10 min steady load with faults: state and memory flat? (not in CI; SOAK_ARGS=...)
 	@$(PY) benchmarks/soak.py $(SOAK_ARGS)
@@ -63,15 +66,15 @@ lake-soak: setup  ## >=2,000 batches, maintenance off then on: files, log size, 
 	@$(PY) benchmarks/lake_soak.py $(LAKE_SOAK_ARGS)
 
 broker-start: setup  ## start the local KRaft broker and create the topics from conf
-	@$(PY) -m pipeline.ops.broker start --conf-file $(CONF)
+	@$(PY) -m devtools.broker start --conf-file $(CONF)
 
 broker-stop:  ## stop the local broker by its PID
-	@$(PY) -m pipeline.ops.broker stop --conf-file $(CONF)
+	@$(PY) -m devtools.broker stop --conf-file $(CONF)
 
 catalog-stop:  ## stop the embedded catalog's metastore server (Derby, catalog.local) by its PID
 	@$(PY) -m pipeline.spark.engine.metastore stop --conf-file $(CONF)
 
 clean:  ## remove generated data (lake, catalog, checkpoints, broker data); keeps venv and jars
-	@$(PY) -m pipeline.ops.broker stop --conf-file $(CONF) || true
+	@$(PY) -m devtools.broker stop --conf-file $(CONF) || true
 	@$(PY) -m pipeline.spark.engine.metastore stop --conf-file $(CONF) || true
 	rm -rf .lake .lake-catalog .run .kafka .bench

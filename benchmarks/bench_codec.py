@@ -7,7 +7,7 @@ Run from the repository root::
 
 Both decoders read every field of every element: ours builds every field value eagerly (no
 lazy decoding), adapya-era's datamaps are asked for every DSECT field by attribute (through
-tests/urb/oracle.py, the same adapter the oracle tests use).  The corpus is the seed's COLOR
+tests/support/oracle.py, the same adapter the oracle tests use).  The corpus is the seed's COLOR
 data message (EBCDIC, 592 bytes), the EMPLOYEE data message (ASCII, 656 bytes), two status
 replies (one of each form) and a larger synthetic transaction (EBCDIC, 20 records with before
 and after images), decoded round-robin.  Each figure is the best of several alternating
@@ -27,10 +27,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.results import write_results  # noqa: E402
 from pipeline.urb import decode_message, encode_message, make_element  # noqa: E402
-from tests.urb.oracle import Oracle  # noqa: E402
+from tests.support.oracle import Oracle  # noqa: E402
 
-FIXTURES = ROOT / "tests" / "urb" / "fixtures"
+FIXTURES = ROOT / "tests" / "unit" / "urb" / "fixtures"
 
 
 def synthetic_transaction(records: int = 20) -> bytes:
@@ -132,6 +133,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:32} {size:6.0f} {elements:5.1f} {ours:9,.0f} {ours * elements:10,.0f} "
             f"{ours * size / 1e6:6.1f} {base:13,.0f} {ours / base:5.1f}x"
         )
+    write_results("codec", [
+        {"corpus": name, "bytes": round(size), "elements": round(elements, 1),
+         "msgs_per_s": round(ours), "elements_per_s": round(ours * elements),
+         "mb_per_s": round(ours * size / 1e6, 1), "adapya_era_msgs_per_s": round(base),
+         "ratio": round(ours / base, 1)}
+        for name, size, elements, ours, base in rows])
     return 0
 
 

@@ -66,11 +66,14 @@ DURATION_KEYS = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCo
 
 def run_settings(run_dir: Path, prefix: str, *, template: Path = TEMPLATE,
                  stream: dict[str, Any] | None = None,
-                 subscriptions: int | None = None) -> tuple[Settings, Path]:
+                 subscriptions: int | None = None,
+                 sections: dict[str, Any] | None = None) -> tuple[Settings, Path]:
     """A conf for one run: fresh topics, lake/checkpoints/metrics under ``run_dir``;
     ``subscriptions``: N keys — 1 keeps the template's first (one busy key, issue 17's
     single-key mode: every transaction on one state task), 2 both, more adds subscriptions
-    of the ORDERS layout on files of their own, the forms alternating (the scaling table).
+    of the ORDERS layout on files of their own, the forms alternating (the scaling table);
+    ``sections``: top-level conf sections that replace the template's (the typed bench's
+    ``subscriptions`` and ``layouts``, benchmarks/bench_typed.py).
 
     Written to ``run_dir/conf.yaml`` so the Spark phases (separate processes) and anyone
     re-running a query by hand read exactly the same settings.
@@ -83,6 +86,7 @@ def run_settings(run_dir: Path, prefix: str, *, template: Path = TEMPLATE,
     raw["base_dir"] = str(ROOT)
     if subscriptions is not None:
         raw["subscriptions"] = _subscriptions(raw["subscriptions"], subscriptions)
+    raw.update(sections or {})
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "conf.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -115,7 +119,7 @@ def throughput_settings(settings: Settings) -> dict[str, Any]:
 
 def ensure_broker(settings: Settings) -> bool:
     """Start the bench broker unless it runs; True if this run started it."""
-    from pipeline.ops import broker
+    from devtools import broker
 
     was_running = broker._running_pid(settings) is not None
     for attempt in range(3):
@@ -132,10 +136,10 @@ def ensure_broker(settings: Settings) -> bool:
 
 def load_topic(settings: Settings, transactions: int, seed: int) -> dict[str, Any]:
     """Fill the output topic flat out with the simulator's load mode; returns its summary."""
-    from pipeline.sim import LoadOptions, Replicator, drive
-    from pipeline.sim.clock import WallClock
-    from pipeline.sim.config import from_settings
-    from pipeline.sim.sinks import KafkaSink
+    from devtools.sim import LoadOptions, Replicator, drive
+    from devtools.sim.clock import WallClock
+    from devtools.sim.config import from_settings
+    from devtools.sim.sinks import KafkaSink
 
     rep = Replicator(from_settings(settings), seed, transactions=transactions,
                      clock=WallClock())
@@ -290,10 +294,29 @@ def sink_timing(metrics_file: Path) -> dict[str, float]:
     if not data:
         return {}
     sink = [r.get("counts", {}).get("sink_ms", 0) for r in data]
+    laps = sorted({k for r in data for k in r.get("counts", {})
+                   if k.startswith("t_") and k.endswith("_ms")})
     return {"sink_ms": sum(sink) / len(data),
+            "laps_ms": {k: sum(r.get("counts", {}).get(k, 0) for r in data) / len(data)
+                        for k in laps},
             "batch_ms": sum(r["duration_ms"] for r in data) / len(data),
             "state_rows_last": data[-1].get("state_rows", 0),
             "state_memory_mb_last": data[-1].get("state_memory_bytes", 0) / 1e6}
+
+
+def typed_rows(spark: Any, settings: Settings) -> dict[str, int]:
+    """Rows of every ``current_`` and ``history_`` table, summed per kind (none: no layouts)."""
+    from pipeline.spark.land.tables import table_path
+    from pipeline.spark.typed.tables import current_table, history_table
+
+    out: dict[str, int] = {}
+    for lay in settings.layouts:
+        for kind, name in (("current", current_table(lay)), ("history", history_table(lay))):
+            if kind == "history" and not lay.history:
+                continue
+            rows = spark.read.format("delta").load(table_path(settings, name)).count()
+            out[kind] = out.get(kind, 0) + rows
+    return out
 
 
 def run_phase(phase: str, conf: Path, expect: int, timeout_s: float) -> dict[str, Any]:
@@ -343,6 +366,7 @@ def run_phase(phase: str, conf: Path, expect: int, timeout_s: float) -> dict[str
         result["quarantined"] = spark.read.format("delta").load(
             table_path(settings, "quarantine")).count()
         result["sink"] = sink_timing(Path(settings.location(settings.stream.metrics_file)))
+        result["typed_rows"] = typed_rows(spark, settings)
     spark.stop()
     return result
 
@@ -537,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
              "settings": throughput_settings(settings)}, indent=1))
     finally:
         if started_broker and not args.keep_broker:
-            from pipeline.ops import broker
+            from devtools import broker
 
             print(broker.stop(settings))
     return 0

@@ -18,7 +18,7 @@ state_stage.py), split into phases and timed one by one:
   temporary folder).
 
 The stream is the simulator's (one subscription, COLOR in EBCDIC or EMPLOYEE in ASCII, 32 KB
-messages), decoded by the decode stage as the harness does (tests/integration/harness.py);
+messages), decoded by the decode stage as the harness does (tests/support/harness.py);
 its first batch (the STRT and a few messages: the key's first call) is a warm-up and not
 counted. The output checks that
 both paths landed the same rows. Peak RSS is the whole process's (stream and both runs).
@@ -39,21 +39,22 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.results import write_results  # noqa: E402
+from devtools.sim import Replicator  # noqa: E402
 from pipeline.reassembly import KeyState, columnar, step  # noqa: E402
 from pipeline.reassembly.tables import events_to_tables  # noqa: E402
-from pipeline.sim import Replicator  # noqa: E402
 from pipeline.spark.engine.gcpause import gc_paused  # noqa: E402
 from pipeline.spark.engine.state_stage import key_step, split_frames  # noqa: E402
 from pipeline.spark.land.datafiles import DataFiles  # noqa: E402
 from pipeline.spark.land.tables import DIRECT_TABLES  # noqa: E402
-from tests.integration.harness import (  # noqa: E402
+from tests.support.harness import (  # noqa: E402
     KafkaLog,
     decoder_for,
     default_reassembly,
     group_frames,
     message_rows,
 )
-from tests.integration.scenarios import sim_config  # noqa: E402
+from tests.support.scenarios import sim_config  # noqa: E402
 
 SUBSCRIPTION = {"ebcdic": "COLOR", "ascii": "EMPLOYEE"}
 WARM_UP = 10  # records of the first, uncounted batch (the STRT: the key's first call)
@@ -169,6 +170,17 @@ def report(label: str, out: dict[str, Any]) -> float:
     return total
 
 
+def result_row(size: int, label: str, out: dict[str, Any], total: float,
+               same: bool) -> dict[str, Any]:
+    """One printed line of ``report`` as a JSON row (``benchmarks.results``)."""
+    msgs, txs = out["counts"]["messages"], out["counts"]["transactions"]
+    return {"batch": size, "path": label, "messages": msgs, "transactions": txs,
+            "seconds": round(total, 3), "ms_per_message": round(total / msgs * 1000, 4),
+            "tx_per_s": round(txs / total), "same_rows": same,
+            "phases_ms_per_message": {name: round(sec / msgs * 1000, 4)
+                                      for name, sec in out["times"].items()}}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[2000, 20000],
@@ -187,6 +199,7 @@ def main() -> None:
           f"({args.encoding}, C5 rate {args.c5_rate}), "
           f"{sum(len(r.value) for r in records) / 1e6:.1f} MB, made in "
           f"{time.perf_counter() - t:.1f} s")
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:
         for size in args.sizes:
             part = records[:WARM_UP + size * args.batches]
@@ -196,8 +209,11 @@ def main() -> None:
             same = _rows(slow["columns"]) == _rows(fast["columns"])
             a, b = report("slow", slow), report("fast", fast)
             print(f"  speed-up {a / b:.1f}x; same rows: {same}")
+            rows += [result_row(size, "slow", slow, a, same),
+                     result_row(size, "fast", fast, b, same)]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {peak:.0f} MB")
+    write_results("state", rows)
 
 
 if __name__ == "__main__":

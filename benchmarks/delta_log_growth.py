@@ -5,9 +5,9 @@ Run from the repository root (one Spark session, local[2], conf/test.yaml's sett
     .venv/bin/python benchmarks/delta_log_growth.py                   # 2,000 commits
     .venv/bin/python benchmarks/delta_log_growth.py --commits 500 --report-every 50
 
-Why: the lake soak (BENCHMARKS.md "Lake soak") saw a batch's Delta commits grow from ~1.65 s
-to ~3 s over 1,000 batches, with or without compaction, and the one thing that grows in both
-phases is each ``_delta_log``: every commit leaves its JSON and CRC there (and, on the local
+Why: in the lake soak (BENCHMARKS.md "Lake soak") a batch's Delta commits grow over the
+batches, with or without compaction, and the one thing that grows in both phases is each
+``_delta_log``: every commit leaves its JSON and CRC there (and, on the local
 file system, Hadoop's hidden ``.crc`` of each) for ``delta.logRetentionDuration`` (30 days by
 default). Delta lists that folder to find the newest version; on the local file system and
 HDFS a listing reads the whole folder, on S3 it starts at a key.

@@ -15,8 +15,9 @@ steady trickle). Every ``--sample-batches`` batches one row: data files of each 
 records counted by file number, and the records of one ISN in tsnr order. At the end the first
 and the last row of each phase side by side.
 
-A full run (2,000 batches per phase) takes well over two hours on the 2-core machine: a batch
-there costs 3-6 s, not the trigger's 2 (BENCHMARKS.md "Lake soak"). The phases can run as two
+A full run (2,000 batches per phase) takes close to two hours on the 2-core machine with the
+phases side by side: a batch there costs 2-3.7 s, not the trigger's 2 (BENCHMARKS.md "Lake
+soak"). The phases can run as two
 processes side by side (``--phases off`` and ``--phases on``, each with ``--keep-broker``).
 Where the batches' time went, per window of batches: ``benchmarks/lake_soak_report.py``.
 """
@@ -149,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
             samples += run_phase(phase, args, run_dir)
     finally:
         if started_broker and not args.keep_broker:
-            from pipeline.ops import broker
+            from devtools import broker
 
             print(broker.stop(settings))
     print("\nfirst and last sample of each phase:")

@@ -67,9 +67,8 @@ def is_python_worker(cmdline: str) -> bool:
     """A PySpark worker (``python -m pyspark.daemon`` and the workers it forks), not another
     child of the JVM: Hadoop's local file system shells out (``chmod``, ``readlink``, through
     ``jspawnhelper``), and such a child, sampled between its spawn and its exec, shares the
-    JVM's memory and shows the JVM's cmdline and RSS. Counted as a worker, it read as a
-    1.5-1.7 GB "largest worker" in two of seventeen runs (BENCHMARKS.md, "The landed
-    columns as arrays")."""
+    JVM's memory and shows the JVM's cmdline and RSS: counted as a worker, it reads as a
+    "largest worker" of the JVM's size."""
     exe, _, args = cmdline.partition(" ")
     return Path(exe).name.startswith("python") and "pyspark" in args
 

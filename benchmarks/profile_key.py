@@ -36,12 +36,14 @@ import pandas as pd  # noqa: E402
 
 from benchmarks.bench_state import WARM_UP, stream  # noqa: E402
 from pipeline.reassembly import KeyState, ReassemblyConfig  # noqa: E402
+from pipeline.reassembly import call as reassembly_call  # noqa: E402
+from pipeline.reassembly.call import CallResult  # noqa: E402
 from pipeline.spark.engine import state_stage  # noqa: E402
 from pipeline.spark.engine.decode_stage import RecordDecoder  # noqa: E402
 from pipeline.spark.engine.gcpause import gc_paused  # noqa: E402
 from pipeline.spark.land.datafiles import DataFiles  # noqa: E402
 from pipeline.spark.land.tables import DIRECT_TABLES  # noqa: E402
-from tests.integration.harness import (  # noqa: E402
+from tests.support.harness import (  # noqa: E402
     decoder_for,
     default_reassembly,
     group_frames,
@@ -64,7 +66,7 @@ def direct_files(folder: str) -> DataFiles:
 
 def job_call(state: KeyState | None, frames: list[pd.DataFrame], now: int,
              config: ReassemblyConfig, key: tuple[str, str], decoder: RecordDecoder,
-             files: DataFiles) -> tuple[state_stage.KeyStep, state_stage.EarlyFiles]:
+             files: DataFiles) -> tuple[CallResult, state_stage.EarlyFiles]:
     """One key's call as the job makes it with the direct writer and the fast path."""
     with gc_paused():  # as both state APIs run the call (gcpause.py)
         early = state_stage.EarlyFiles(files, now, config.tod_offset_us)
@@ -74,7 +76,7 @@ def job_call(state: KeyState | None, frames: list[pd.DataFrame], now: int,
     return done, early
 
 
-def fast_landed(done: state_stage.KeyStep, early: state_stage.EarlyFiles) -> int:
+def fast_landed(done: CallResult, early: state_stage.EarlyFiles) -> int:
     """Transactions the call's fast path landed (flushed early, and the rest)."""
     rest = len(done.landed["transactions"]["tsnr"]) if done.landed else 0
     return len(early.times) + rest
@@ -85,12 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, default=5000, help="messages in the measured call")
     p.add_argument("--per-message", type=int, default=19, help="transactions per message")
     p.add_argument("--c5-rate", type=float, default=0.02, help="share of C5 statuses")
-    p.add_argument("--flush", type=int, default=state_stage.FLUSH_TRANSACTIONS,
+    p.add_argument("--flush", type=int, default=reassembly_call.FLUSH_TRANSACTIONS,
                    help="FLUSH_TRANSACTIONS for this run")
     p.add_argument("--no-profile", action="store_true", help="time and memory only")
     p.add_argument("--top", type=int, default=30, help="functions shown")
     args = p.parse_args(argv)
-    state_stage.FLUSH_TRANSACTIONS = args.flush
+    reassembly_call.FLUSH_TRANSACTIONS = args.flush
     state_stage.task_batch_id = lambda: 1  # the job's foreachBatch sets it; here one batch
     t = time.perf_counter()
     rep, records = stream("ebcdic", WARM_UP + args.messages, args.per_message, 1, args.c5_rate)

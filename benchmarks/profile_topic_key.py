@@ -2,7 +2,7 @@
 
 ``profile_key.py`` makes its stream with the simulator; this reads the messages a
 ``bench_pipeline.py`` run loaded (its broker must be up: ``--keep-broker``, or
-``python -m pipeline.ops.broker start --conf-file .bench/runs/RUN/conf.yaml``), so the call
+``python -m devtools.broker start --conf-file .bench/runs/RUN/conf.yaml``), so the call
 sees exactly what the job's state task saw in one batch. Run from the repository root::
 
     .venv/bin/python benchmarks/profile_topic_key.py --run 20261127-064311           # 2 calls
@@ -34,7 +34,7 @@ from benchmarks.profile_key import direct_files, fast_landed, job_call, peak_mb 
 from pipeline.config import Settings, load_settings  # noqa: E402
 from pipeline.spark.engine import state_stage  # noqa: E402
 from pipeline.spark.engine.query import reassembly_config, record_decoder  # noqa: E402
-from tests.integration.harness import KafkaRecord, group_frames, message_rows  # noqa: E402
+from tests.support.harness import KafkaRecord, group_frames, message_rows  # noqa: E402
 
 
 def read_topic(settings: Settings, count: int) -> list[KafkaRecord]:

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(rows[-1]), flush=True)
     print("\n== Scaling (full pipeline) ==\n" + table(rows))
     if started_broker:
-        from pipeline.ops import broker
+        from devtools import broker
 
         print(broker.stop(settings))
     return 0

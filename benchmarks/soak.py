@@ -6,7 +6,7 @@ Not part of CI (``make soak``). Run from the repository root::
     .venv/bin/python benchmarks/soak.py --minutes 30 --rate 200
 
 One run: the bench broker (benchmarks/bench.yaml, 127.0.0.1:29092), fresh topics, the
-simulator as a separate process (``python -m pipeline.sim --serve``) producing at a steady rate
+simulator as a separate process (``python -m devtools.sim --serve``) producing at a steady rate
 with fault rates (lost transactions, lost continuations, duplicates, corrupt messages, rare
 replicator restarts) and answering the job's TRAN requests, and the job itself in this process
 (``start_stream``). Every ``--sample`` seconds one row: state rows and state memory (the metrics
@@ -70,8 +70,8 @@ class Sample:
 
 def start_simulator(conf: Path, settings: Settings, rate: float, seconds: float,
                     faults: dict[str, float], log: Path) -> subprocess.Popen:
-    """``python -m pipeline.sim`` at a steady rate, serving requests until interrupted."""
-    cmd = [sys.executable, "-m", "pipeline.sim", "--kafka", settings.kafka.bootstrap_servers,
+    """``python -m devtools.sim`` at a steady rate, serving requests until interrupted."""
+    cmd = [sys.executable, "-m", "devtools.sim", "--kafka", settings.kafka.bootstrap_servers,
            "--settings", str(conf), "--transactions", "0", "--duration", str(seconds),
            "--rate", str(rate), "--serve", "--linger", "-1", "--json", "--seed", "11",
            "--request-group", f"soak-{conf.parent.name}"]
@@ -199,7 +199,7 @@ def verdict(samples: list[Sample], warmup_fraction: float = 0.2) -> list[tuple[s
 
 def landed_summary(spark: Any, settings: Settings) -> dict[str, Any]:
     """Transactions landed, duplicates and quarantined rows, and the gaps' final states."""
-    from pipeline.demo import LATEST_GAPS
+    from devtools.demo import LATEST_GAPS
     from pipeline.spark.land.tables import table_path
 
     def count(table: str) -> int:
@@ -261,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
     spark.stop()
     report(samples, sent, landed, run_dir)
     if started_broker and not args.keep_broker:
-        from pipeline.ops import broker
+        from devtools import broker
 
         print(broker.stop(settings))
     return 0

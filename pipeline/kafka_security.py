@@ -4,7 +4,7 @@ The job talks to Kafka through two clients that spell everything differently: li
 confluent-kafka Python clients: the start checks, the producer of requests and alerts, the
 ``urbpipe`` tools) and the Java client inside Spark's Kafka source. One conf (``kafka:``, flat
 keys) must reach both the same way, so the translation lives here, in one pure module, and
-``Kafka.confluent()`` / ``Kafka.spark()`` (pipeline/config.py) are its only callers.
+``Kafka.confluent()`` / ``Kafka.spark()`` (pipeline/config/) are its only callers.
 
 Choices, and why:
 
@@ -36,12 +36,41 @@ Errors are ``ConfigError`` with one line naming the key; no message carries a se
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from pipeline.config_error import ConfigError
 
-if TYPE_CHECKING:
-    from pipeline.config import Kafka
+
+class Kafka(Protocol):
+    """What this module reads of the conf's ``kafka:`` section (``pipeline.config.Kafka``),
+    so the settings import this module and not the other way round."""
+
+    bootstrap_servers: str
+    security_protocol: str
+    sasl_mechanism: str | None
+    sasl_username: str | None
+    sasl_password: Any
+    sasl_password_file: str | None
+    sasl_kerberos_service_name: str
+    sasl_kerberos_principal: str | None
+    sasl_kerberos_keytab: str | None
+    sasl_oauthbearer_token_endpoint_url: str | None
+    sasl_oauthbearer_client_id: str | None
+    sasl_oauthbearer_client_secret: Any
+    sasl_oauthbearer_client_secret_file: str | None
+    sasl_oauthbearer_scope: str | None
+    ssl_ca_location: str | None
+    ssl_truststore_location: str | None
+    ssl_truststore_type: str | None
+    ssl_certificate_location: str | None
+    ssl_key_location: str | None
+    ssl_key_password: Any
+    ssl_key_password_file: str | None
+    ssl_keystore_location: str | None
+    ssl_keystore_type: str | None
+    ssl_endpoint_identification: bool
+    client_options: dict[str, str]
+    java_client_options: dict[str, str]
 
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")

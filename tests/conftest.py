@@ -1,7 +1,9 @@
 """Shared fixtures: test settings, the real local broker and a real Spark + Delta session.
 
-Tests under tests/spark are marked ``spark`` and tests under tests/e2e ``e2e`` automatically;
-everything else is engine-free (``unit``). The broker fixture starts the project's own KRaft
+A test's tier is its top folder: tests/unit (engine-free, ``unit``), tests/spark (``spark``),
+tests/e2e (``e2e``), tests/faults (``e2e`` and ``faults``); the benchmarks' own tests
+(benchmarks/tests) are ``unit``. The harness, builders and oracle every tier and the benchmarks
+share are tests/support. The broker fixture starts the project's own KRaft
 broker from conf/test.yaml (port 19092) if it is not running and stops it at the end if it
 started it. ``s3_server`` is an S3-compatible server (moto's server mode) on 127.0.0.1 with one
 bucket, for ``s3a://`` lakes.
@@ -23,15 +25,32 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_CONF = ROOT / "conf" / "test.yaml"
 
 
+#: A test's tier is the top folder it sits in, nothing else (a module never sets its own).
+TIERS = {"unit": ("unit",), "spark": ("spark",), "e2e": ("e2e",), "faults": ("e2e", "faults")}
+TIER_MARKS = {"unit", "spark", "e2e", "faults"}
+
+
+def tier_of(path: Path) -> tuple[str, ...]:
+    """``tests/<tier>/…`` → its marks; the benchmarks' own tests (``benchmarks/tests``) are
+    engine-free. Anything else is a test outside the tree: an error that says where to put it."""
+    parts = path.relative_to(ROOT).parts
+    if parts[:2] == ("benchmarks", "tests"):
+        return TIERS["unit"]
+    if parts[0] == "tests" and len(parts) > 2 and parts[1] in TIERS:
+        return TIERS[parts[1]]
+    raise pytest.UsageError(f"{path}: a test belongs under tests/{{{','.join(TIERS)}}}/ or "
+                            "benchmarks/tests/ (its tier is its top folder)")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        parts = Path(str(item.fspath)).relative_to(ROOT).parts
-        if "e2e" in parts:
-            item.add_marker(pytest.mark.e2e)
-        elif "spark" in parts:
-            item.add_marker(pytest.mark.spark)
-        elif not any(item.iter_markers(name) for name in ("spark", "e2e")):
-            item.add_marker(pytest.mark.unit)
+        marks = tier_of(Path(str(item.fspath)))
+        own = {m.name for m in item.iter_markers()} & TIER_MARKS
+        if own - set(marks):
+            raise pytest.UsageError(f"{item.nodeid}: marks {sorted(own)} itself; its tier comes "
+                                    f"from its folder ({', '.join(marks)})")
+        for mark in marks:
+            item.add_marker(getattr(pytest.mark, mark))
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +61,7 @@ def test_settings() -> Settings:
 @pytest.fixture(scope="session")
 def kafka_bootstrap(test_settings: Settings) -> Iterator[str]:
     """Bootstrap address of the real local broker (started here if needed)."""
-    from pipeline.ops import broker
+    from devtools import broker
 
     was_running = broker.status(test_settings).startswith("broker running")
     broker.start(test_settings)
@@ -65,15 +84,14 @@ def fresh_topic(kafka_bootstrap: str, test_settings: Settings) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def secured_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    """The project's broker secured (``kafka.local_broker.security``): SASL_SSL with SCRAM on
+    """The project's broker secured (``devtools.local_broker.security``): SASL_SSL with SCRAM on
     19394, mutual TLS on 19395, ACLs per user; its data in a tmp dir, stopped by its PID."""
-    from pipeline.config import BrokerSecurity, Kafka, LocalBroker
-    from pipeline.ops import broker
+    from devtools import broker
 
     home = tmp_path_factory.mktemp("secure-broker") / "kafka"
-    settings = Settings(base_dir=str(ROOT), kafka=Kafka(local_broker=LocalBroker(
-        port=19393, controller_port=19392, data_dir=str(home), heap="384m",
-        security=BrokerSecurity(enabled=True, sasl_ssl_port=19394, ssl_port=19395))))
+    settings = Settings(base_dir=str(ROOT), devtools={"local_broker": {
+        "port": 19393, "controller_port": 19392, "data_dir": str(home), "heap": "384m",
+        "security": {"enabled": True, "sasl_ssl_port": 19394, "ssl_port": 19395}}})
     broker.start(settings)
     yield settings
     broker.stop(settings)

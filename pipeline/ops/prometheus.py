@@ -359,7 +359,7 @@ def metrics_table() -> str:
     lines = ["# Metrics the job serves", "",
              "Generated from `pipeline/ops/prometheus.py` (`CATALOG`) by "
              "`python -m pipeline.ops.monitoring write`; do not edit by hand "
-             "(tests/ops/test_monitoring.py keeps it equal to the catalogue and to what the "
+             "(tests/unit/ops/test_monitoring.py keeps it equal to the catalogue and to what the "
              "endpoint serves). The endpoint: `stream.prometheus_address`:"
              "`stream.prometheus_port` (conf/README.md). Alert rules: "
              "`monitoring/prometheus/urbpipe-rules.yml`; what to do when one fires: "

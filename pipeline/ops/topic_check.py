@@ -7,8 +7,8 @@ MQ source connector does not keep a destination's messages in one: the IBM MQ so
 writes no key unless ``mq.record.builder.key.header`` is set, and then the JMS message id, a
 different key per message (ibm-messaging/kafka-connect-mq-source, BaseRecordBuilder.getKey).
 So on a topic with several partitions a destination's messages are spread over them and read
-back in another order. Measured before this check: with three partitions 1 of 40 transactions
-landed and ~160 TRAN requests went out, and nothing said why.
+back in another order: on a topic of three partitions 1 of 40 transactions lands and ~160
+TRAN requests go out, and nothing would say why.
 
 The job reads each source topic's partition count from the cluster's metadata at start and
 refuses to run (exit 2, one line) when one has more; a topic that does not exist yet is only

@@ -8,6 +8,9 @@ Public API (the Spark glue uses only these names)::
     result = step(state, rows, now_ms, config, (destination, subscription))
     state_bytes = result.state.to_bytes() if result.state else None
     tables = events_to_rows(result.events, now_ms)
+
+The seed rules the code cites as R1 … R14 are stated, with the seed sentence each rests on,
+in ``pipeline.reassembly.machine``'s opening docstring.
 """
 
 from pipeline.reassembly.config import ReassemblyConfig

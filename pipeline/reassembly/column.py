@@ -4,8 +4,8 @@ Why two kinds: the machine's transactions come as events, one at a time, and the
 are built as lists (``tables.transaction_columns``); the fast path reads whole runs of plain
 messages column-wise (``columnar``) and keeps their numeric columns as the numpy arrays it
 read them into (``fast._columns``). A busy key's call lands ~20 rows per message; turning
-those arrays into lists and back into Arrow arrays for the Parquet file was a fifth of the
-call (BENCHMARKS.md, "One busy key: the landed columns as arrays"). The direct writer hands
+those arrays into lists and back into Arrow arrays for the Parquet file would be a fifth of
+the call (decision 0010). The direct writer hands
 either kind to ``pyarrow.array`` as it is.
 
 A numeric column that may hold None (a STCK time not set) is a masked array

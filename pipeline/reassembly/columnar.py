@@ -1,8 +1,8 @@
 """Columnar decode of plain messages: the fast path's reader (see fast.py).
 
 Why: the element decoder builds a dict per element and the state stage an ``ElementRow``
-per element, ~40 Python objects per replicator message; that is most of the state task's
-~0.38 ms per message. Here a batch of messages is one byte buffer: the element chain is
+per element, ~40 Python objects per replicator message; that is most of the slow path's cost
+per message (decision 0009). Here a batch of messages is one byte buffer: the element chain is
 walked for every message at once (one numpy step per element position), and each URBT/URBR/
 URBD/URBE field the landing needs is read as a column at its DSECT offset
 (``pipeline.urb.layouts``), in the byte order each message's URBHBORD names.
@@ -218,7 +218,7 @@ def _eye_codes() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 _EYE_CODES, _EYE_KINDS, _EYE_EBCDIC = _eye_codes()
 #: The compiled walk (pipeline/urb/native), loaded once per process; None: not built, the
-#: numpy walk runs alone (same arrays: tests/reassembly/test_native_walk.py).
+#: numpy walk runs alone (same arrays: tests/unit/reassembly/test_native_walk.py).
 _NATIVE_WALK = load_chain_walker(_EYE_CODES, _EYE_KINDS, _EYE_EBCDIC)
 _FORM_KEYS = {int.from_bytes(k, "big"): (f.ebcdic, f.big) for k, f in FORMS.items()}
 

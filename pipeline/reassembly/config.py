@@ -94,7 +94,7 @@ class ReassemblyConfig:
     - ``partial_timeout_ms``: a partial transaction is lost once the replicator has sent a
       message on its destination (URBHTIME, seen through the key's own messages or the
       destination's ticks) this much later than the partial's last message: it sends a
-      transaction's messages one after the other (seed 001, rule 12), so a continuation
+      transaction's messages one after the other (R6), so a continuation
       cannot follow. None: never by evidence.
     - ``partial_stall_ms``: the last resort on processing time, for a destination that sends
       nothing (a stalled connector): after this long without a continuation the partial is

@@ -324,7 +324,7 @@ class InitialStateRequested:
     Raised after a resend (before images only) landed: its inserted/updated ISNs are
     unverified until their R images arrive; or again after ISNs of an earlier request did
     not arrive, or it was refused as one too many (``reason``, ``attempt``). ``files`` holds
-    one (dbid, fnr, ISNs) per file of the definition, in its order: seed 000 wants a URBI for
+    one (dbid, fnr, ISNs) per file of the definition, in its order: R14 wants a URBI for
     every file of a multi-file definition, so a file with nothing to refresh has no ISNs
     (the request selects none of its records). ``request_id`` ("job:<n>", n counting per
     key) identifies the request in the tracking alerts; ``tsnrs`` are the resent

@@ -27,10 +27,11 @@ when:
   one, that position not settled as lost. A message is taken whole or not at all, as
   ``step`` never splits one.
 
-What ``step`` would have changed for such messages, and only that, changes here: the
-duplicate window, the next expected tsnr, ``epoch_fresh``, the
-``landed`` counter, the STAT tracker's last data time, ``discard`` (cleared by a URBT), the
-destination's clock. The property test ``tests/integration/test_fast_path.py`` holds both
+What ``step`` would have changed for such messages, and only that, changes here — through
+the same functions the machine changes them with (``transitions.place_run``,
+``transitions.seen_sent``): the duplicate window, the next expected tsnr, ``epoch_fresh``,
+the ``landed`` counter, the STAT tracker's last data time, ``discard`` (cleared by a URBT),
+the destination's clock. The property test ``tests/unit/integration/test_fast_path.py`` holds both
 paths to the same rows and state on simulated streams with every fault kind.
 """
 
@@ -44,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.reassembly import columnar
+from pipeline.reassembly import columnar, transitions
 from pipeline.reassembly.config import ReassemblyConfig
 from pipeline.reassembly.landed import Chunk, LandedRun
 from pipeline.reassembly.sequence import RING
@@ -176,16 +177,11 @@ def _take(st: KeyState, given: KeyState | None, items: Sequence[Incoming],
     if messages == 0:
         return nothing
     landed = int(ends[messages - 1])
-    _place(st, decoded, fps[:landed])
+    transitions.place_run(st, decoded.tx["urbttsnr"][:landed].tolist(), fps[:landed], now_ms)
     consumed = index[messages] if messages < len(index) else len(items)
-    newest = max([st.newest_sent, *decoded.htime[:messages].tolist(),
+    newest = max([0, *decoded.htime[:messages].tolist(),
                   *(item.tick or 0 for item in items[:consumed] if item.value is None)])
-    if newest > st.newest_sent:
-        st.newest_sent, st.newest_sent_ms = newest, config.stck_ms(newest)
-    st.stat.data_seen(now_ms)
-    st.discard = None
-    st.epoch_fresh = False
-    st.count("landed", landed)
+    transitions.seen_sent(st, newest, config)
     chunk, t0 = within
     return FastResult(st, consumed, LandedRun(chunk, t0, t0 + landed, st.epoch), landed)
 
@@ -258,14 +254,3 @@ def _in_sequence(st: KeyState, d: columnar.Transactions, fps: list[int]) -> int:
         if window.contains(value, fp):
             return t
     return first
-
-
-def _place(st: KeyState, d: columnar.Transactions, fps: list[int]) -> None:
-    """The sequence after the first transactions (``fps``: their fingerprints) placed as
-    NEXT: the window, the next expected tsnr."""
-    count = len(fps)
-    tsnr = d.tx["urbttsnr"][:count].tolist()
-    st.window.extend(list(zip(tsnr, fps, strict=True)), st.epoch)
-    if st.next_u is None:  # the key's first placement: its baseline (machine._advance)
-        st.base_u = tsnr[0]
-    st.next_u = (st.next_u if st.next_u is not None else tsnr[0]) + count

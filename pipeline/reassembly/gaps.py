@@ -5,12 +5,12 @@ positions it can still ask for (at most ``max_requests_per_gap``), so its size i
 Each position ends on its own: *filled* when its transaction lands, *settled* when the job
 stops waiting for it (a TRSP error for that tsnr, the verdict after the last request round,
 a restart …). A TRSP error about one tsnr says nothing about the others: the resend buffer is
-circular (seed 000), so the oldest tsnrs of a gap may be overwritten while newer ones are
+circular (R10), so the oldest tsnrs of a gap may be overwritten while newer ones are
 still there and do arrive. The gap ends when every position is filled or settled; its last
 event says which. A position waiting for its subscription's reactivation (TRSP 36) is
 *parked*: no request rounds, asked again when a SUBS or REAC shows the subscription active.
 
-A position the replicator *confirmed* (TRSP response 0: seed 000 answers a successful
+A position the replicator *confirmed* (TRSP response 0: R11 answers a successful
 prior-transaction request with a status to the reply destination) is being resent: it is
 asked again only ``confirmed_wait_ms`` after the confirmation (a resend can take long: the
 data topic may lag the reply topic), and no verdict settles it before then.

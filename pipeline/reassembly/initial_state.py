@@ -28,7 +28,7 @@ So INIT/CMPL settle a request only from the key's own topic (``ElementRow.home``
 goes to the reply destination only and counts from there.
 
 Completeness (``pseudo.py`` counts what arrives): every ISN of an ISN list is answered by a
-URBR — with the record, or response 113 when there is none (seed 000) — so a job's request is
+URBR — with the record, or response 113 when there is none (R13) — so a job's request is
 complete at its CMPL only when every ISN it asked for arrived. One that did not (a lost
 pseudo-transaction message: the first, a middle or the last, or a whole one) makes the request
 *incomplete*: reported, and the missing ISNs asked for again, until
@@ -215,7 +215,7 @@ def request(inst: InstState, target: InitialStateTarget,
             ) -> Events:
     """Queue INST request messages for ISNs per (dbid, fnr), then send what pacing allows.
 
-    One message names every file of the definition (seed 000: a multi-file definition needs
+    One message names every file of the definition (R14: a multi-file definition needs
     a URBI per file, each with its database), each file's ISNs sorted and split at
     ``max_isns_per_request`` over as many messages as the longest needs."""
     cap = config.max_isns_per_request

@@ -3,8 +3,8 @@
 Why: the fast path is tried again after every message the machine takes (``fast.Resume``),
 and on a stream with a status every few messages a try lands only a handful of
 transactions. Building the ~46 columns of the three tables at every try, then joining
-thousands of such pieces, was a fifth of a busy key's call (BENCHMARKS.md, "One busy key:
-the landed columns built per chunk"). A try now notes what it landed — a range of one
+thousands of such pieces, would be a fifth of a busy key's call (decision 0010). A try
+notes what it landed — a range of one
 decoded chunk's transactions and the key's epoch then (``LandedRun``) — and
 ``landed_columns`` builds the columns of many runs at once: per chunk, one selection mask
 and one fancy index per column.

@@ -1,7 +1,7 @@
 """Message-level evidence: URBHMSNR continuity of a destination, and status-message copies.
 
-URBHMSNR numbers every message the replicator sends to a destination (seed 001, rule 1.5),
-restarting at 1 after a replicator restart (rule 16). A transaction lost in transport shows
+URBHMSNR numbers every message the replicator sends to a destination (R1),
+restarting at 1 after a replicator restart (R8). A transaction lost in transport shows
 as a tsnr gap; a lost *status-only* message (DEAC, LOST, AUTI, INST/CMPL …) has no tsnr, so
 the message numbers are its only trace. The destination-wide key sees every message number of
 its topic (the decode stage hands it runs of consecutive numbers) and reports a hole.
@@ -96,8 +96,8 @@ class Copies:
 
     ``seen`` is the state (serialized, compared); ``_ids`` and ``_newest`` index it so a
     check costs O(1), not a scan of the window: a busy key meets a status every few
-    messages (the simulator's 2 % C5 rate), and the scan was a fifth of its state task's
-    time (issue 17's single-key profile)."""
+    messages (the simulator's 2 % C5 rate), and a scan of the window would be a fifth of its
+    state task's time."""
 
     seen: list[list] = field(default_factory=list)
     _ids: dict[tuple, int] = field(default_factory=dict, init=False, repr=False,

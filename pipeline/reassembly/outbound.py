@@ -2,7 +2,7 @@
 
 One place for the job's sink and the in-memory test harness: a TRAN row is one message, a
 STAT row one message, and the INST rows of one request (same ``idempotency_key``, one row
-per file) are ONE message with a URBI per file — seed 000 wants a URBI for every file of a
+per file) are ONE message with a URBI per file — R14 wants a URBI for every file of a
 multi-file initial-state definition, all naming the same definition and token. A file
 without ISNs to refresh gets ``EMPTY_ISN_SELECTION`` (a range that selects nothing).
 """

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 from collections.abc import Iterable, Mapping
 from itertools import groupby
 from types import MappingProxyType
@@ -26,6 +27,11 @@ TICK_EYE = "!TICK"
 CONTROL_EYE = "!CTL"
 #: ``elem_index`` of such rows: after every element of the message they sit at.
 PSEUDO_INDEX = 1 << 30
+#: The decode stage's ``part`` of such a row (a message's own rows have ``part`` >= 0), and
+#: how its value is packed.
+HEADERS_PART, TICK_PART, CONTROL_PART = -1, -2, -3
+RUN_FORMAT = struct.Struct(">IIQ")   # first URBHMSNR, last URBHMSNR, newest URBHTIME of a run
+TICK_FORMAT = struct.Struct(">Q")    # newest URBHTIME on the topic
 
 
 class ElementRow(NamedTuple):
@@ -139,3 +145,20 @@ def _bytes(value: object) -> bytes | None:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
     return None
+
+
+def pseudo_rows(topic: str, partition: int, offset: int, value: bytes | None,
+                part: int) -> list[ElementRow]:
+    """The state machine's row for a decode-stage row that is no replicator message
+    (``part`` < 0: a message-number run, a tick or an operator command)."""
+    data = value or b""
+    if part == HEADERS_PART:
+        first, last, htime = RUN_FORMAT.unpack(data)
+        eye, fields = HEADERS_EYE, {"first": first, "last": last, "htime": htime}
+    elif part == TICK_PART:
+        eye, fields = TICK_EYE, {"htime": TICK_FORMAT.unpack(data)[0]}
+    else:
+        doc = json.loads(data)
+        eye = CONTROL_EYE
+        fields = {k: str(doc.get(k) or "") for k in ("command", "by", "note")}
+    return [ElementRow(topic, partition, offset, PSEUDO_INDEX, 0, 0, eye, fields)]

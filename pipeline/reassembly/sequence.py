@@ -52,7 +52,7 @@ class DupWindow:
 
     A pair is a transaction's identity in any epoch (its fingerprint holds the commit time).
     A tsnr alone names a transaction only within an epoch — after STRT/REST numbering starts
-    at 1 again (seed 001, rule 16) — so ``contains_tsnr`` asks about the window's newest
+    at 1 again (R8) — so ``contains_tsnr`` asks about the window's newest
     epoch only: ``epoch`` is the epoch of the last ``current`` entries (entries are added in
     epoch order: only the key's current epoch lands into the window)."""
 
@@ -199,10 +199,10 @@ def classify(tsnr: int, fp: int | None, flagged: bool, seq: Sequence
     """Decide what a tsnr means; returns the verdict and the unwrapped position if any.
 
     Within an epoch a tsnr names one transaction (the replicator numbers a subscription's
-    transactions in the order it receives them; seed 001), so identity decides, never the
+    transactions in the order it receives them; R3), so identity decides, never the
     commit time: URBTTTIM comes from the database's clock, a subscription may cover
-    databases on machines whose clocks are not comparable (seed 001, "About Output Message
-    Time Stamps"; seed 000, ``SFILE``/``SFDBID``), and cluster nuclei commit concurrently.
+    databases on machines whose clocks are not comparable (R9; seed 000's ``SFILE``/
+    ``SFDBID``), and cluster nuclei commit concurrently.
 
     Evidence, in this order (a transaction already accounted for is never taken for new):
     the duplicate window (tsnr and content, any epoch); a message sent before the epoch's

@@ -2,7 +2,7 @@
 
 A gap shows only when a later tsnr arrives. When the replicator sends nothing more for a while
 — the subscription is idle — a transaction lost in transport just before stays unnoticed. The
-replicator's STAT request answers that (seed 000, "status request"): asked for a subscription
+replicator's STAT request answers that (R12): asked for a subscription
 and destination, it sends a URBS STAT/SUBS about that pair *to that destination* (and a copy to
 the reply destination) whose URBSTSNR is the last tsnr it sent. The copy on the destination's
 own topic is ordered after every transaction sent before it, so when it is processed anything

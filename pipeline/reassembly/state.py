@@ -81,6 +81,15 @@ class KeyState:
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
 
+    def take_partial_images(self) -> list[ImageOut]:
+        """The open transaction's images, taken out of the state: a store that keeps them in
+        a list of their own (``state_tws``) saves the rest without them; the images arrive
+        again with the transaction's completion event from that list."""
+        if self.partial is None or not self.partial.images:
+            return []
+        images, self.partial.images = self.partial.images, []
+        return images
+
     def buffered_bytes(self) -> int:
         held = sum(len(i.payload) for _, t in self.held for i in t.images)
         return held + (self.partial.nbytes if self.partial else 0)

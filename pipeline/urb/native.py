@@ -2,7 +2,7 @@
 
 The decode stage scans every message for the names that key it (``scan.scan_message``): a
 walk of the whole element chain, ~300 elements in a 13 KB message, in Python about 0.3 ms
-per message — most of the stage (BENCHMARKS.md, "One busy key end to end"). Almost every
+per message — most of the stage (decision 0008). Almost every
 message is well formed: a chain of transaction elements (URBT, URBR, URBD, URBE, URBC …)
 whose first URBT/URBC/URBE names the subscription, and now and then a status (URBS). For
 those, ``urbwalk.rs`` (this folder; safe Rust, no crates, built by ``make setup`` with the
@@ -19,8 +19,8 @@ the package is imported from a zip (``spark-submit --py-files``), the library in
 copied to a temporary file and loaded from there. Where it is not built (no ``rustc`` on the
 machine) or cannot load (another platform), :func:`load_router` returns None and the job runs
 the Python scan alone: same rows, slower (the job logs which one it runs).
-``tests/integration/test_native_routing.py`` holds the two to the same answer on generated,
-mutated and random messages; ``tests/reassembly/test_native_walk.py`` does the same for the
+``tests/unit/integration/test_native_routing.py`` holds the two to the same answer on generated,
+mutated and random messages; ``tests/unit/reassembly/test_native_walk.py`` does the same for the
 columnar reader's chain walk (:class:`ChainWalker`), the library's second entry point.
 """
 

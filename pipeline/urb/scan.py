@@ -2,10 +2,10 @@
 
 The Spark decode stage must know each Kafka record's (destination, subscription) keys before
 the stateful step, which is keyed by them; the state stage then decodes the record in full.
-Decoding it in full twice was the decode stage's whole cost, on the one task that reads a
-Kafka partition: a scan checks what the full decoder checks about the message's structure
+A full decode there would be the decode stage's whole cost, on the tasks that read Kafka: a
+scan checks what the full decoder checks about the message's structure
 (header eye-catcher, version, byte order, URBHLEN/URBHLENT, every element's length) and reads
-only the name fields routing needs, about a fifth of the work (BENCHMARKS.md).
+only the name fields routing needs, a fraction of the work (decision 0001).
 
 The scan walks the message with the decoder's own walk (``walk``: header, element chain), so
 a structurally bad message raises exactly the full decoder's :class:`UrbFormatError`. Where

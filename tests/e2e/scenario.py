@@ -2,7 +2,7 @@
 
 Each scenario derives its settings from conf/test.yaml (broker on 127.0.0.1:19092) with fresh
 topic names, so scenarios never see each other's data, and records what the simulator generated
-(``tests.integration.truth``) so landed rows are checked against the source, not against a
+(``tests.support.truth``) so landed rows are checked against the source, not against a
 second decode of the same stream.
 """
 
@@ -18,12 +18,12 @@ from typing import Any
 
 import yaml
 
+from devtools import broker
+from devtools.sim import Delivery, FaultPlan, Replicator
+from devtools.sim.config import from_settings
+from devtools.sim.live import LiveReplicator
 from pipeline.config import Kafka, Settings, load_settings
-from pipeline.ops import broker
-from pipeline.sim import Delivery, FaultPlan, Replicator
-from pipeline.sim.config import from_settings
-from pipeline.sim.live import LiveReplicator
-from tests.integration.truth import Sent, generate
+from tests.support.truth import Sent, generate
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_CONF = ROOT / "conf" / "test.yaml"
@@ -54,9 +54,9 @@ def scenario_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | 
                          metrics_file=str(tmp_path / "metrics.jsonl"))
     raw["stream"]["gaps"].update(gaps or {})
     raw["stream"].update(stream or {})
-    raw["kafka"]["local_broker"]["data_dir"] = str(ROOT / ".run" / "test-kafka")
+    raw["devtools"]["local_broker"]["data_dir"] = str(ROOT / ".run" / "test-kafka")
     if kafka is not None:
-        raw["kafka"] = {"local_broker": raw["kafka"]["local_broker"], **kafka}
+        raw["kafka"] = dict(kafka)
     raw["spark"]["jars_dir"] = str(ROOT / ".jars" / "spark")
     if subscriptions is not None:
         raw["subscriptions"] = subscriptions
@@ -128,7 +128,7 @@ class Scenario:
     def latest_gaps(self, spark: Any, kind: str | None = None) -> list[dict[str, Any]]:
         """Each gap's latest row; only gaps of ``kind`` (``tsnr``: transactions, ``messages``:
         URBHMSNR holes, which every lost message also makes) when given."""
-        from pipeline.demo import LATEST_GAPS
+        from devtools.demo import LATEST_GAPS
         from pipeline.spark.land.tables import table_path
 
         rows = spark.sql(LATEST_GAPS.format(path=table_path(self.settings, "gaps"))).collect()
@@ -136,7 +136,7 @@ class Scenario:
 
     def run(self, spark: Any, *, timeout_s: float = 420.0, settle_gaps: bool = True) -> None:
         """Start the job, send the stream, answer requests, wait until all is landed."""
-        from pipeline.demo import gaps_settled
+        from devtools.demo import gaps_settled
         from pipeline.ops.metrics import job_metrics
         from pipeline.spark.engine.drain import await_idle, stop_between_batches
         from pipeline.spark.engine.query import start_stream

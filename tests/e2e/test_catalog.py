@@ -9,7 +9,7 @@ every column's comment, and gets the same rows as Spark SQL reading the same tab
 Lean on purpose: one job run; ``catalog sync`` and ``catalog serve`` start together once the
 job has named its tables (the first user of a new metastore creates its schema alone: several
 at once spent a minute in Derby's lock timeouts); one beeline session asks everything. Every
-table's comments and the views' filters are proven by tests/spark/test_catalog_views.py; here
+table's comments and the views' filters are proven by tests/spark/typed/test_catalog_views.py; here
 three tables are described, through another application. Every wait has a timeout that says
 what it waited for."""
 
@@ -217,7 +217,8 @@ def test_the_catalog_across_processes(spark, catalog_run) -> None:
     assert {row[1] for row in got["synced"]} >= {"transactions", "current_color_4"}
     assert "current_employee_11" not in {row[1] for row in got["synced"]}
     # every column carries its comment, the job's own exactly the dictionary's (each table:
-    # tests/spark/test_catalog_views.py; here through the JDBC endpoint, in another application)
+    # tests/spark/typed/test_catalog_views.py; here through the JDBC endpoint, in another
+    # application)
     for table in described:
         shown = got[f"describe {table}"]
         columns = {r[0].strip(): r[2].strip() for r in shown if r[0] and len(r) > 2}

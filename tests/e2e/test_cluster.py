@@ -1,5 +1,5 @@
 """The deployment path on a real Spark standalone cluster: a master and one worker from
-pyspark's own spark-class on 127.0.0.1 (pipeline/ops/cluster.py), the job spark-submit'ed
+pyspark's own spark-class on 127.0.0.1 (devtools/cluster.py), the job spark-submit'ed
 exactly as README "Running on a real cluster" says (``cluster.RECIPE``), against the simulator
 on the test broker.
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.ops.cluster import (
+from devtools.cluster import (
     Cluster,
     executor_logs,
     group_processes,

@@ -41,7 +41,7 @@ def inst_settled(scenario: Scenario) -> bool:
 
 def run_until_settled(scenario: Scenario, spark, timeout_s: float = 420.0) -> None:
     """Scenario.run, waiting also for the INST requests' replies (they follow the resends)."""
-    from pipeline.demo import gaps_settled
+    from devtools.demo import gaps_settled
     from pipeline.ops.metrics import job_metrics
     from pipeline.spark.engine.drain import await_idle, stop_between_batches
     from pipeline.spark.engine.query import start_stream

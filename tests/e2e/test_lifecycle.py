@@ -11,20 +11,20 @@ from decimal import Decimal
 
 import pytest
 
+from devtools.sim import Replicator, SimConfig
+from devtools.sim.config import from_settings
+from devtools.sim.live import LiveReplicator
+from devtools.sim.utility import parse_spec
 from pipeline.payload import encode_payload, layout_from_conf
 from pipeline.reassembly.events import StatusReceived
 from pipeline.reassembly.tables import events_to_rows
-from pipeline.sim import Replicator, SimConfig
-from pipeline.sim.config import from_settings
-from pipeline.sim.live import LiveReplicator
-from pipeline.sim.utility import parse_spec
 from pipeline.spark.engine.state_stage import OUTPUT_DDL, to_output
 from pipeline.spark.land.tables import ensure_tables, table_path
 from pipeline.spark.typed.lifecycle import apply_lifecycle
 from pipeline.spark.typed.stage import write_typed_tables
 from pipeline.urb import datetime_to_stck, decode_message, encode_message, make_element
 from tests.e2e.scenario import Scenario, scenario_settings
-from tests.integration.truth import generate
+from tests.support.truth import generate
 
 COLOR_EBCDIC = {"name": "COLOR", "destinations": ["OUT1"], "files": [4], "ebcdic": True}
 EMPLOYEE_ASCII = {"name": "EMPLOYEE", "destinations": ["OUT1"], "files": [11], "ebcdic": False}

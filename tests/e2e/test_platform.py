@@ -9,8 +9,8 @@ from pathlib import Path
 from chispa import assert_df_equality
 from confluent_kafka import Producer
 
+from devtools import broker
 from pipeline.config import Settings
-from pipeline.ops import broker
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,7 +44,7 @@ def test_broker_start_is_idempotent_and_names_taken_port(kafka_bootstrap: str,
     conf = tmp_path / "c.yaml"
     conf.write_text((ROOT / "conf" / "test.yaml").read_text().replace(
         "data_dir: .run/test-kafka", f"data_dir: {tmp_path / 'k'}"))
-    done = subprocess.run([sys.executable, "-m", "pipeline.ops.broker", "start",
+    done = subprocess.run([sys.executable, "-m", "devtools.broker", "start",
                            "--conf-file", str(conf)], capture_output=True, text=True,
                           check=False, cwd=ROOT)
     assert done.returncode == 2

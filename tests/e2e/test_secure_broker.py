@@ -1,4 +1,4 @@
-"""The secured local broker (``kafka.local_broker.security``): TLS, SCRAM, client certificates
+"""The secured local broker (``devtools.local_broker.security``): TLS, SCRAM, client certificates
 and ACLs, seen from confluent-kafka clients.
 
 One broker for the session (``secured_broker`` in tests/conftest.py: ports 19392-19395, data
@@ -17,11 +17,10 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
+from devtools import broker
+from devtools import broker_security as sec
+from devtools.config import rig
 from pipeline.config import Settings
-from pipeline.ops import broker
-from pipeline.ops import broker_security as sec
-
-pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -167,7 +166,7 @@ def test_a_user_without_write_acl_cannot_write_requests_but_reads_outputs(
 
 
 def test_the_admin_password_is_only_in_its_own_file(secured: Settings) -> None:
-    home = Path(secured.location(secured.kafka.local_broker.data_dir))
+    home = Path(secured.location(rig(secured).local_broker.data_dir))
     password = (home / "secure" / "admin.password").read_bytes().strip()
     holding = sorted(str(p.relative_to(home)) for p in home.rglob("*")
                      if p.is_file() and password in p.read_bytes())

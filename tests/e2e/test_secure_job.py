@@ -25,13 +25,12 @@ from typing import Any
 import pytest
 from chispa import assert_df_equality
 
+from devtools import broker
+from devtools import broker_security as sec
 from pipeline.config import Settings
-from pipeline.ops import broker
-from pipeline.ops import broker_security as sec
 from tests.e2e.scenario import BOTH_FORMS, Scenario, commits, landed, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
-
+pytestmark = [pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[2]
 REFUSED = 5  # pipeline/errors.py: Kafka refused us (authentication, TLS, authorization)
 

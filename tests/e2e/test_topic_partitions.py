@@ -19,8 +19,8 @@ import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
 from deltalake import write_deltalake
 
+from devtools import broker
 from pipeline.config import Settings, load_settings
-from pipeline.ops import broker
 from pipeline.ops.cli import main as urbpipe
 from pipeline.ops.topic_check import check_source_topics, cluster_partitions
 from pipeline.spark.land.tables import arrow_schema, table_path
@@ -52,7 +52,7 @@ def make_conf(kafka_bootstrap: str, tmp_path: Path) -> Iterator[MakeConf]:
         raw["stream"].update(lake_dir=str(tmp_path / "lake"),
                              checkpoint_dir=str(tmp_path / "ck"),
                              metrics_file=str(tmp_path / "metrics.jsonl"))
-        raw["kafka"]["local_broker"]["data_dir"] = str(ROOT / ".run" / "test-kafka")
+        raw["devtools"]["local_broker"]["data_dir"] = str(ROOT / ".run" / "test-kafka")
         path = tmp_path / "conf.yaml"
         path.write_text(yaml.safe_dump(raw))
         settings = load_settings(path, env={})
@@ -130,7 +130,7 @@ def test_broker_start_remakes_source_topics_an_older_version_made(
 
 
 def test_the_demo_reset_leaves_single_partition_source_topics(make_conf: MakeConf) -> None:
-    from pipeline.demo import reset
+    from devtools.demo import reset
 
     settings, _ = make_conf({"out1": 3, "replies": 2})
     reset(settings)

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipeline.sim import Delivery, Replicator
-from pipeline.sim.model import ResendBufferDef
-from pipeline.sim.sinks import KafkaSink
+from devtools.sim import Delivery, Replicator
+from devtools.sim.model import ResendBufferDef
+from devtools.sim.sinks import KafkaSink
 from pipeline.urb import decode_message
 from tests.e2e.scenario import ROOT, Scenario, scenario_settings
 

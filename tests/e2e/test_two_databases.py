@@ -26,8 +26,8 @@ from decimal import Decimal
 
 import pytest
 
+from devtools.sim.model import DatabaseDef
 from pipeline.config import Layout
-from pipeline.sim.model import DatabaseDef
 from tests.e2e.scenario import Scenario
 
 A, B = 10006, 10007

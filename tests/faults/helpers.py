@@ -26,12 +26,12 @@ from typing import Any
 
 import yaml
 
+from devtools.sim import FaultPlan, Replicator
+from devtools.sim.config import from_settings
+from devtools.sim.live import LiveReplicator
 from pipeline.config import Settings, load_settings
 from pipeline.objectstore import S3Access
-from pipeline.sim import FaultPlan, Replicator
-from pipeline.sim.config import from_settings
-from pipeline.sim.live import LiveReplicator
-from tests.integration.truth import Sent
+from tests.support.truth import Sent
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_CONF = ROOT / "conf" / "test.yaml"
@@ -59,7 +59,7 @@ def fault_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | Non
     here (a first batch took 86 s of a shared machine), so only a test that checks them pays.
     ``sections``: whole conf sections to set (``alertmanager``, ``maintenance`` …).
     """
-    from pipeline.ops import broker
+    from devtools import broker
 
     raw = yaml.safe_load(TEST_CONF.read_text())
     if not layouts:
@@ -73,7 +73,7 @@ def fault_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | Non
                          metrics_file=str(tmp_path / "metrics.jsonl"), **(stream or {}))
     raw["stream"]["gaps"].update(gaps or {})
     raw["spark"]["jars_dir"] = str(ROOT / ".jars" / "spark")
-    lb = raw["kafka"]["local_broker"]
+    lb = raw["devtools"]["local_broker"]
     if broker_ports is None:
         lb["data_dir"] = str(ROOT / ".run" / "test-kafka")
     else:

@@ -8,9 +8,9 @@ generated is in Delta exactly once, and nothing else landed. The last run is sto
 SIGTERM, which must end it cleanly (exit code 0).
 
 ``urbpipe maintain`` runs twice in the same story (one test, to share its five JVM starts):
-after the first kill, with the killed batch's files written and not committed — the replay
-commits exactly those files (the direct writer's ``FILES_TABLE`` rows are recomputed, the
-same names), so VACUUM must leave every file younger than its retention — and beside the
+after the first kill, with the killed batch's files written and not committed — files no log
+names yet, which VACUUM must leave alone while they are younger than its retention (a writer
+of the same moment may be about to commit or read such files) — and beside the
 last run, compacting while the job appends and MERGEs. maintain runs here, in-process, on the
 suite's shared Spark session; the job in its own JVM: two JVMs, as in production. The final
 contents are read with deltalake, which would fail on a file the log names and VACUUM deleted.
@@ -41,9 +41,8 @@ from tests.faults.helpers import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.faults, pytest.mark.e2e, pytest.mark.slow,
-              pytest.mark.timeout(1800)]  # five JVM starts: minutes each on a shared machine
-
+#: five JVM starts: minutes each on a shared machine
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 START_S = 420.0  # JVM + Spark + first batch: minutes when the 2-core machine is shared
 DIRECT = ("transactions", "records", "images")  # the direct writer's: maintain compacts them
 #: what each maintain run takes on: the bulk tables (compacted), and gaps, which the job
@@ -126,8 +125,7 @@ def test_kill9_repeatedly_under_steady_load_then_exact_rows(kafka_bootstrap: str
                  poll_s=0.1)
         kill("mid-batch, tables partly written")
         disk = _on_disk(settings)  # the killed batch's files among them
-        # VACUUM with them on disk, before the replay (the direct writer's: its replay commits
-        # the same file names; Spark's appends write new ones)
+        # VACUUM with them on disk, before the replay (they are in no log, and young)
         down_code, down = _maintain(conf, DIRECT)
         vacuumed = disk - _on_disk(settings)
         # 2. inside the replay of that batch: the restarted job re-runs batch N first

@@ -15,12 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from devtools.sim import FaultPlan, Replicator
+from devtools.sim.live import LiveReplicator
+from devtools.sim.sinks import KafkaSink
 from pipeline.config import Settings
-from pipeline.sim import FaultPlan, Replicator
-from pipeline.sim.live import LiveReplicator
-from pipeline.sim.sinks import KafkaSink
 from pipeline.urb import UrbFormatError, decode_message
 from tests.e2e.scenario import Scenario
 from tests.faults.helpers import (
@@ -35,9 +33,7 @@ from tests.faults.helpers import (
     with_epochs,
 )
 from tests.faults.oncall import OnCall
-from tests.integration.truth import generate
-
-pytestmark = [pytest.mark.faults, pytest.mark.e2e]
+from tests.support.truth import generate
 
 
 def _decodes(value: bytes) -> bool:

@@ -10,11 +10,11 @@ The state function decodes the message in full (:meth:`RecordDecoder.element_row
 works out the keys with the same rules from the decoded fields) and keeps the elements of its
 key.
 
-Why not one row per element with the DSECT fields as columns (the first design): a 32 KB
-message holds ~40 elements, and every element row crossed Arrow → JVM rows → shuffle → Arrow
-→ pandas dicts with seven struct columns of ~140 fields; that plumbing cost several times what
-decoding the message twice costs (BENCHMARKS.md, "Pipeline throughput"). One row per message
-shuffles the bytes Kafka delivered and nothing more.
+Why not one row per element with the DSECT fields as columns: a 32 KB message holds ~40
+elements, and every element row would cross Arrow → JVM rows → shuffle → Arrow → pandas dicts
+with seven struct columns of ~140 fields; that plumbing costs several times what decoding the
+message twice costs (decision 0001). One row per message shuffles the bytes Kafka delivered
+and nothing more.
 
 A record whose structure the scan rejects becomes one row with ``error`` set (the full
 decoder's error) for the destination-wide key; the state stage quarantines it with its
@@ -40,19 +40,21 @@ id. Keys come from the message alone, and from conf where the message is silent:
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import pyarrow as pa
 
 from pipeline.payload.gfft import gfft_fields
+from pipeline.reassembly.routing import SNAM_FIELD, Covered, Key, Router
 from pipeline.reassembly.rows import (
-    CONTROL_EYE,
-    HEADERS_EYE,
-    PSEUDO_INDEX,
-    TICK_EYE,
+    CONTROL_PART,
+    HEADERS_PART,
+    RUN_FORMAT,
+    TICK_FORMAT,
+    TICK_PART,
     ElementRow,
+    pseudo_rows,
 )
 from pipeline.spark.engine.gcpause import gc_paused
 from pipeline.urb import UrbFormatError, decode_message
@@ -63,26 +65,11 @@ ERROR_EYE = "!ERR"
 WARNING_EYE = "!WARN"
 #: Elements whose DSECT fields reach the state machine (the others carry no state).
 STRUCT_EYES: tuple[str, ...] = ("URBT", "URBR", "URBD", "URBE", "URBC", "URBS", "URBU")
-_SNAM_FIELD = {"URBT": "urbtsnam", "URBC": "urbcsnam", "URBE": "urbesnam"}
-
-Key = tuple[str, str]  # (destination, subscription)
-Target = tuple[Key, bool]  # a key an element goes to, and whether it is only an echo there
-RESTART_STATUS = frozenset({"STRT", "REST"})
 #: GFFTs route by their own fields when no element names a subscription: the compiled scan
 #: defers messages with one to the Python scan. Statuses route by their own fields too: it
 #: locates them, and they are scanned here.
 _SELF_ROUTED, _STATUSES = ("URBF",), ("URBS",)
-HEADERS_PART, TICK_PART, CONTROL_PART = -1, -2, -3
-_RUN = struct.Struct(">IIQ")   # first URBHMSNR, last URBHMSNR, newest URBHTIME of a run
-_TICK = struct.Struct(">Q")    # newest URBHTIME on the topic
 
-
-class Covered(NamedTuple):
-    """A configured subscription of a destination: its files as (dbid, fnr) (conf: a
-    subscription may span databases)."""
-
-    subscription: str
-    files: frozenset[tuple[int, int]]
 
 _COLUMNS = [("lane", pa.int32(), "int"), ("destination", pa.string(), "string"),
             ("subscription", pa.string(), "string"),
@@ -102,15 +89,6 @@ def spark_ddl() -> str:
     return ", ".join(f"`{n}` {s}" for n, _, s in _COLUMNS)
 
 
-
-
-def _subscription_of(elements: list[Any]) -> str:
-    """Rule 13: a message carries one subscription; URBT/URBC/URBE name it ('' if none)."""
-    for el in elements:
-        name = el.fields.get(_SNAM_FIELD.get(el.eye, ""), "")
-        if name:
-            return name
-    return ""
 
 
 class RecordDecoder:
@@ -134,16 +112,15 @@ class RecordDecoder:
                  covered: Mapping[str, Sequence[Covered]] | None = None,
                  control_topic: str | None = None, native_scan: bool = True) -> None:
         self._destinations = dict(destinations)
-        self._inst_routes = dict(inst_routes or {})  # (definition, token) -> the asking key
         self._lanes = dict(lanes or {})
-        self._home = dict(home_destinations or {})
-        self._initial_states = dict(initial_states or {})  # URBSINAM -> subscription
-        self._covered = {d: tuple(c) for d, c in (covered or {}).items()}
+        self._router = Router({d: tuple(c) for d, c in (covered or {}).items()},
+                              dict(home_destinations or {}), dict(initial_states or {}),
+                              dict(inst_routes or {}))
         self._control = control_topic
         self._default = default_destination
         self._codepage = codepage
         self._native: NativeRouter | None = (
-            load_router(codepage, _SNAM_FIELD, _SELF_ROUTED, _STATUSES) if native_scan else None)
+            load_router(codepage, SNAM_FIELD, _SELF_ROUTED, _STATUSES) if native_scan else None)
 
     @property
     def native_scan(self) -> bool:
@@ -195,10 +172,7 @@ class RecordDecoder:
 
     def _keyed(self, destination: str, elements: list[Any]) -> list[Route]:
         """One route per distinct key of the elements, in the order the keys first appear."""
-        keys = list(dict.fromkeys(k for targets in self._targets(destination, elements)
-                                  for k, _ in targets))
-        if not keys:  # a header without elements still belongs somewhere (warnings, if any)
-            keys = [(destination, "")]
+        keys = self._router.keys(destination, elements)
         return [(self._lane(k), *k, i, None) for i, k in enumerate(keys)]
 
     def _lane(self, key: Key) -> int:
@@ -225,7 +199,7 @@ class RecordDecoder:
         msnr, htime = msg.header.urbhmsnr, msg.header.urbhtime or 0
         out = []
         for index, (el, targets) in enumerate(
-                zip(msg.elements, self._targets(destination, msg.elements), strict=True)):
+                zip(msg.elements, self._router.targets(destination, msg.elements), strict=True)):
             echo = next((e for k, e in targets if k == wanted), None)
             if echo is None:
                 continue
@@ -241,61 +215,6 @@ class RecordDecoder:
                                   echo, home))
         return out, (list(msg.warnings) if part == 0 else [])
 
-    def _targets(self, destination: str, elements: list[Any]) -> list[tuple[Target, ...]]:
-        """Where every element goes, in order."""
-        sub = _subscription_of(elements)
-        out: list[tuple[Target, ...]] = []
-        for el in elements:
-            if el.eye == "URBS":
-                out.append(self._status_targets(destination, el))
-            elif el.eye == "URBF" and not sub:
-                out.append(self._gfft_targets(destination, el))
-            else:
-                out.append((((destination, sub), False),))
-        return out
-
-    def _status_targets(self, destination: str, el: Any) -> tuple[Target, ...]:
-        """A status's own key; a destination-wide STRT/REST also echoes to every configured
-        subscription of that destination (their numbering restarts too: seed 001, rule 16)."""
-        key = self._status_key(destination, el)
-        if key[1] or el.fields.get("urbsst") not in RESTART_STATUS:
-            return ((key, False),)
-        echoes = tuple(((key[0], c.subscription), True) for c in self._covered.get(key[0], ()))
-        return ((key, False), *echoes)
-
-    def _gfft_targets(self, destination: str, el: Any) -> tuple[Target, ...]:
-        """A GFFT no element of its message names a subscription for: every configured
-        subscription of the destination covering its (dbid, fnr), else the destination key."""
-        dbid, fnr = el.fields.get("urbfdbid"), el.fields.get("urbffnr")
-        subs = tuple(((destination, c.subscription), False)
-                     for c in self._covered.get(destination, ())
-                     if (dbid, fnr) in c.files)
-        return subs or (((destination, ""), False),)
-
-    def _status_key(self, destination: str, el: Any) -> Key:
-        # Replies (TRSP, SUBS …) arrive at the reply destination but belong to the
-        # subscription/destination they name; destination-wide status keeps its key. INST
-        # replies name no subscription: the one whose conf names their initial state.
-        # ``el`` is a decoded Element or a scanned one (pipeline.urb.scan): fields by name.
-        fields = el.fields
-        snam = fields.get("urbssnam") or ""
-        if not snam and fields.get("urbsrt") == "INST":
-            asked = self._inst_routes.get((fields.get("urbsinam") or "",
-                                           fields.get("urbsrtok") or ""))
-            if asked is not None:  # one of the job's requests: the key that sent it
-                return asked
-            snam = self._initial_states.get(fields.get("urbsinam") or "", "")
-        return (fields.get("urbsdnam") or self._blank_dnam(destination, snam), snam)
-
-    def _blank_dnam(self, destination: str, snam: str) -> str:
-        """The destination of a status naming a subscription but no destination (seed 000's
-        SUBS and TRSP examples leave URBSDNAM blank): the topic's own destination when it
-        carries that subscription — a SUBS copied to an output destination is about that
-        destination's sequence — else the subscription's only destination from conf."""
-        if any(c.subscription == snam for c in self._covered.get(destination, ())):
-            return destination
-        return self._home.get(snam) or destination
-
     def batch_rows(self, records: Sequence[tuple[str, int, int, bytes | None]]
                    ) -> list[dict[str, Any]]:
         """The rows an Arrow batch of records adds besides their own (see the module
@@ -306,9 +225,9 @@ class RecordDecoder:
             destination = self.destination(topic)
             for first_offset, first, last, htime in _runs(heads):
                 out.append(self._pseudo((destination, ""), topic, partition, first_offset,
-                                        HEADERS_PART, _RUN.pack(first, last, htime)))
-            newest = _TICK.pack(max(h for _, _, h in heads))
-            for c in self._covered.get(destination, ()):
+                                        HEADERS_PART, RUN_FORMAT.pack(first, last, htime)))
+            newest = TICK_FORMAT.pack(max(h for _, _, h in heads))
+            for c in self._router.covered.get(destination, ()):
                 out.append(self._pseudo((destination, c.subscription), topic, partition,
                                         heads[-1][0], TICK_PART, newest))
         return out
@@ -343,22 +262,6 @@ def _runs(heads: list[tuple[int, int, int]]) -> list[tuple[int, int, int, int]]:
         else:
             runs.append([offset, msnr, msnr, htime])
     return [(a, b, c, d) for a, b, c, d in runs]
-
-
-def pseudo_rows(topic: str, partition: int, offset: int, value: bytes | None,
-                part: int) -> list[ElementRow]:
-    """The state machine's row for a decode-stage row that is no replicator message."""
-    data = value or b""
-    if part == HEADERS_PART:
-        first, last, htime = _RUN.unpack(data)
-        eye, fields = HEADERS_EYE, {"first": first, "last": last, "htime": htime}
-    elif part == TICK_PART:
-        eye, fields = TICK_EYE, {"htime": _TICK.unpack(data)[0]}
-    else:
-        doc = json.loads(data)
-        eye = CONTROL_EYE
-        fields = {k: str(doc.get(k) or "") for k in ("command", "by", "note")}
-    return [ElementRow(topic, partition, offset, PSEUDO_INDEX, 0, 0, eye, fields)]
 
 
 def route_batch(decoder: RecordDecoder, batch: pa.RecordBatch) -> list[pa.RecordBatch]:

@@ -3,9 +3,8 @@
 Why: a state call builds ~100,000 short-lived objects per 1,000 messages (element rows,
 records, images, row dicts). Reference counting frees all of them (they hold no cycles), but
 every 700 allocations the cyclic collector runs anyway, and its older generations walk every
-live object of the worker (pandas, pyarrow, pyspark modules, the batch's own frames). Measured
-offline on a 2,000-message batch of the bench mix: 25-30 % of the state function's time
-(BENCHMARKS.md, "Pipeline throughput").
+live object of the worker (pandas, pyarrow, pyspark modules, the batch's own frames): a
+quarter of the state function's time on a batch of the bench mix (decision 0004).
 
 So the collector is off for the length of one call and back on afterwards, where anything
 cyclic the call left behind is collected as usual: memory stays bounded by one batch.

@@ -4,8 +4,8 @@ Why: the stateful step is partitioned by Spark's hash of its grouping key (Murmu
 ``stream.shuffle_partitions``), and one task runs one partition's keys one after the other.
 With few subscriptions that is a coin toss per pair of keys: in the benchmark's conf the two
 busy subscriptions (OUT1/COLOR, OUT1/EMPLOYEE) hash to the same partition for every partition
-count from 2 to 6, so the whole reassembly ran on one core of two (BENCHMARKS.md, "Pipeline
-throughput"). Reassembly is sequential per key, so the only parallelism is between keys.
+count from 2 to 6, so without lanes the whole reassembly runs on one core of two (decision
+0006). Reassembly is sequential per key, so the only parallelism is between keys.
 
 How: the key is grouped as (``lane``, destination, subscription). ``lane`` is a small integer
 chosen per configured key so that the hash of the whole grouping key lands the configured keys
@@ -15,9 +15,9 @@ name (destination-wide status, replies for unknown subscriptions) get lane 0.
 
 A key's lane is part of its state key, so it must never change: the plan is made once, when the
 checkpoint is created, and kept in the checkpoint folder (``lanes.json``, next to Spark's own
-``metadata``). Subscriptions added to the conf later keep lane 0 (hash placement, as before),
-because their key may already have state under lane 0. A checkpoint made before lanes existed
-has state keyed without the lane: :func:`checkpoint_lanes` refuses it with a clear message.
+``metadata``). Subscriptions added to the conf later keep lane 0 (hash placement), because
+their key may already have state under lane 0. A checkpoint whose state is keyed without the
+lane: :func:`checkpoint_lanes` refuses it with a clear message.
 """
 
 from __future__ import annotations

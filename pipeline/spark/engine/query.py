@@ -19,13 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pipeline.config import Settings
 from pipeline.reassembly import ReassemblyConfig
 from pipeline.reassembly.config import InitialStateTarget, initial_state_routes
-from pipeline.spark.engine.decode_stage import (
-    Covered,
-    Key,
-    RecordDecoder,
-    arrow_decoder,
-    spark_ddl,
-)
+from pipeline.reassembly.routing import Covered, Key
+from pipeline.spark.engine.decode_stage import RecordDecoder, arrow_decoder, spark_ddl
 from pipeline.spark.engine.lanes import checkpoint_lanes
 from pipeline.spark.engine.state_stage import OUTPUT_DDL, STATE_DDL, state_function
 from pipeline.spark.land.batch_writer import LandingStep, batch_writer
@@ -148,7 +143,7 @@ def build_plan(spark: SparkSession, settings: Settings,
     messages = kafka_source(spark, settings).mapInArrow(arrow_decoder(decoder), spark_ddl())
     grouped = messages.groupBy("lane", "destination", "subscription")
     if settings.stream.state_api == "transformWithStateInPandas":
-        # Open transactions' images in append-only list state (BENCHMARKS.md, "State API").
+        # Open transactions' images in append-only list state (decision 0005).
         # Imported only when chosen: it needs pyspark's StatefulProcessor and protobuf.
         from pipeline.spark.engine.state_tws import ReassemblyProcessor
 

@@ -9,9 +9,8 @@ the JSON. The batch writer (``pipeline.spark.land``) parses each table's rows wi
 schema.
 
 With ``stream.fast_path`` (on by default) a key's runs of plain messages skip the element
-decode and the machine: ``key_step`` hands them to ``pipeline.reassembly.fast``, which lands
-them column-wise and changes the key's state as ``step`` would, between the messages the
-machine takes (one ``MachineRun`` per call, its timers once at the end).
+decode and the machine: ``key_step`` hands the call to ``pipeline.reassembly.call``, where
+the fast path lands them column-wise between the messages the machine takes.
 
 Determinism matters for exactly-once: ``now`` is the batch's processing time from Spark (stored
 in the offset log, so a replayed batch sees the same value), never the wall clock.
@@ -22,19 +21,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import datetime
-from itertools import groupby
 from typing import Any
 
 import orjson
 import pandas as pd
 
-from pipeline.reassembly import KeyState, MachineRun, ReassemblyConfig, StepResult, step
+from pipeline.reassembly import KeyState, ReassemblyConfig, step
+from pipeline.reassembly.call import ROW_COLUMNS, CallResult, run_call
 from pipeline.reassembly.column import pylist
 from pipeline.reassembly.events import TransactionComplete
-from pipeline.reassembly.fast import Incoming, Resume
-from pipeline.reassembly.landed import LandedRun, landed_columns
 from pipeline.reassembly.rows import ElementRow
 from pipeline.reassembly.tables import (
     Columns,
@@ -44,33 +40,19 @@ from pipeline.reassembly.tables import (
     stck_to_unix_us,
 )
 from pipeline.spark.engine import key_gauges
-from pipeline.spark.engine.decode_stage import (
-    ERROR_EYE,
-    TICK_PART,
-    WARNING_EYE,
-    RecordDecoder,
-    pseudo_rows,
-)
+from pipeline.spark.engine.decode_stage import ERROR_EYE, WARNING_EYE, RecordDecoder
 from pipeline.spark.engine.gcpause import gc_paused
 from pipeline.spark.land.datafiles import DataFiles, task_batch_id
 from pipeline.spark.land.tables import BLOB_COLUMN, OUTPUT_DDL, STATS_TABLE
 from pipeline.spark.land.watermark_rule import call_newest, prefix_newest
 from pipeline.urb import UrbFormatError
 
-__all__ = ["FLUSH_TRANSACTIONS", "OUTPUT_DDL", "STATE_DDL", "STATS_TABLE", "EarlyFiles",
-           "KeyStep", "batch_output", "key_output", "key_stats", "key_step", "landed_newest",
+__all__ = ["OUTPUT_DDL", "STATE_DDL", "STATS_TABLE", "EarlyFiles",
+           "batch_output", "key_output", "key_stats", "key_step", "landed_newest",
            "landed_times", "split_frames", "split_records", "split_rows", "state_function",
            "to_output"]
 STATE_DDL = "state binary"
 
-#: The fast path's landed transactions one call keeps as Python columns before ``flush``
-#: (``EarlyFiles``: the direct writer's Parquet files) takes them: the landed rows a call
-#: holds are bounded by this, not by its batch (a transaction's three tables' Python rows
-#: cost ~4 KB, so 25,000 hold ~100 MB; engine-free, one call of 53,554 transactions grew
-#: 74 MB instead of 250). The rows the machine lands are not: a busy key's batch must reach
-#: the fast path (one that began with a STRT once did not, and peaked its worker at 3.9 GB;
-#: ``_fast_items``, BENCHMARKS.md issue 17).
-FLUSH_TRANSACTIONS = 25_000
 
 
 def _quarantine_row(rec: dict[str, Any], source: str, eye: str, reason: str) -> dict[str, Any]:
@@ -128,170 +110,26 @@ def split_frames(frames: Iterable[pd.DataFrame], decoder: RecordDecoder
     return elements, rejected
 
 
-@dataclass(frozen=True, slots=True)
-class KeyStep:
-    """One call's work for one key: ``step``'s result, the transactions the fast path
-    landed ahead of its events (``pipeline.reassembly.fast``; None: none) and the records
-    the codec rejected."""
-
-    result: StepResult
-    landed: Columns | None
-    rejected: list[dict[str, Any]]
-
-
 def key_step(current: KeyState | None, frames: Iterable[pd.DataFrame], now_ms: int,
              config: ReassemblyConfig, key: tuple[str, str], decoder: RecordDecoder,
-             fast: bool = True, flush: Callable[[Columns], None] | None = None) -> KeyStep:
-    """Decode a key's rows and run the machine: with ``fast``, every run of easy messages
-    (and ticks) through the fast path, the rest through one machine run
-    (``MachineRun``) — the same rows and state as ``step`` alone
-    (tests/integration/test_fast_path.py).
-
-    The fast path is tried at the start and again after every message the machine takes
-    while the state is easy (no partial, gap or hold): a status every few dozen messages
-    then costs one message on the machine, not the rest of the call. Rows the fast path
-    cannot read (``_fast_items``: echoes, routing errors, control rows) go to the machine in
-    their place, and the fast path resumes after them; timers run once, at the end. The
-    fast path's transactions come ahead of the events' in the transactions/records/images
-    tables (row order there differs from ``step`` alone's; Delta tables have none);
-    quarantine rows keep the order ``step`` alone gives them.
-
-    ``flush``: given the fast path's landed columns whenever ``FLUSH_TRANSACTIONS`` have
-    gathered (``EarlyFiles`` writes them out); ``KeyStep.landed`` holds the rest."""
+             fast: bool = True, flush: Callable[[Columns], None] | None = None) -> CallResult:
+    """A key's frames through ``pipeline.reassembly.call.run_call`` (with ``fast``: the fast
+    path and the machine turn about), or all through ``step`` after a full decode. Here the
+    frames only become the call's plain rows and the decode of the rows the machine takes."""
     frames = list(frames)
     if not fast:
         elements, rejected = split_frames(frames, decoder)
-        return KeyStep(step(current, elements, now_ms, config, key), None, rejected)
+        return CallResult(step(current, elements, now_ms, config, key), None, rejected)
     names = [name for pdf in frames[:1] for name in pdf.columns]
     # columns, not row dicts: only the rows left to the machine become dicts
     cols = {name: [v for pdf in frames for v in pdf[name].tolist()] for name in names}
-    rows = list(zip(*(cols[name] for name in _FAST_COLUMNS), strict=True)) if names else []
-    order = sorted(range(len(rows)), key=lambda i: _kafka_order(rows[i]))
-    items = _fast_items([rows[i] for i in order])
-    run = MachineRun(current, now_ms, config, key)
-    machine = _MachineFeed(run, cols, names, decoder)
-    landed = _Landed(flush, key, now_ms, config.tod_offset_us)
-    pos = 0
-    for start, end in _readable_runs(items):
-        machine.feed(order[pos:start])  # rows the fast path cannot read, in their place
-        readable = [item for item in items[start:end] if item is not None]
-        _fast_run(readable, order[start:end], run, machine, landed,
-                  Resume(readable, now_ms, config, key, decoder.codepage))
-        pos = end
-    machine.feed(order[pos:])
-    return KeyStep(run.finish(), landed.columns(), machine.rejected())
+    rows = list(zip(*(cols[name] for name in ROW_COLUMNS), strict=True)) if names else []
 
+    def decode(positions: Sequence[int]) -> tuple[list[ElementRow], list[dict[str, Any]]]:
+        return split_records(({name: cols[name][i] for name in names} for i in positions),
+                             decoder)
 
-def _fast_run(items: list[Incoming], positions: list[int], run: MachineRun,
-              machine: _MachineFeed, landed: _Landed, fast_path: Resume) -> None:
-    """One run of readable items (``positions``: their rows): the fast path takes what it
-    can from each position, the machine the message there (and the ticks after it)."""
-    at = 0
-    while at < len(items):
-        taken = fast_path.take(run.state, at)
-        if taken.consumed:
-            assert taken.state is not None and taken.run is not None
-            run.replace_state(taken.state)
-            landed.add(taken.run)
-            at += taken.consumed
-            continue
-        after = at + 1  # the message, and the ticks after it (the fast path starts at one)
-        while after < len(items) and items[after].value is None:
-            after += 1
-        machine.feed(positions[at:after])
-        at = after
-
-
-class _Landed:
-    """The fast path's landed runs of one call as they gather; ``flush`` (if any) takes
-    their columns every ``FLUSH_TRANSACTIONS`` (built per chunk: ``landed.landed_columns``)."""
-
-    def __init__(self, flush: Callable[[Columns], None] | None, key: tuple[str, str],
-                 now_ms: int, offset_us: int) -> None:
-        self._flush, self._key, self._now, self._offset = flush, key, now_ms, offset_us
-        self._runs: list[LandedRun] = []
-        self._held = 0
-
-    def add(self, run: LandedRun) -> None:
-        self._runs.append(run)
-        self._held += run.transactions
-        if self._flush is not None and self._held >= FLUSH_TRANSACTIONS:
-            self._flush(self.columns())  # type: ignore[arg-type]
-            self._runs, self._held = [], 0
-
-    def columns(self) -> Columns | None:
-        """The columns of the runs not flushed yet (None: none)."""
-        if not self._runs:
-            return None
-        return landed_columns(self._runs, self._key, self._now, self._offset)
-
-
-def _readable_runs(items: list[Incoming | None]) -> list[tuple[int, int]]:
-    """[start, end) of each run of items the fast path can read (``_fast_items``)."""
-    runs, start = [], 0
-    for readable, group in groupby(items, key=lambda item: item is not None):
-        end = start + sum(1 for _ in group)
-        if readable:
-            runs.append((start, end))
-        start = end
-    return runs
-
-
-class _MachineFeed:
-    """The rows ``key_step`` leaves to the machine: decoded into elements and fed to the
-    run, their codec rejections kept by row position (``rejected``: in the order of the
-    rows given, as ``split_frames`` gives them to ``step`` alone)."""
-
-    def __init__(self, run: MachineRun, cols: dict[str, list[Any]], names: list[str],
-                 decoder: RecordDecoder) -> None:
-        self._run, self._cols, self._names, self._decoder = run, cols, names, decoder
-        self._rejected: list[tuple[int, list[dict[str, Any]]]] = []
-
-    def feed(self, positions: list[int]) -> None:
-        """The rows at ``positions`` (of all frames, in order), fed to the run at once."""
-        if not positions:
-            return
-        elements: list[ElementRow] = []
-        for i in positions:
-            record = {name: self._cols[name][i] for name in self._names}
-            e, r = split_records([record], self._decoder)
-            elements.extend(e)
-            if r:
-                self._rejected.append((i, r))
-        self._run.feed(elements)
-
-    def rejected(self) -> list[dict[str, Any]]:
-        return [row for _, rows in sorted(self._rejected, key=lambda p: p[0]) for row in rows]
-
-
-#: The decode stage's columns the fast path reads, in this order.
-_FAST_COLUMNS = ("topic", "partition", "offset", "part", "error", "value")
-
-
-def _kafka_order(row: tuple[Any, ...]) -> tuple[int, int, str, bool]:
-    """``ElementRow.message_key``'s order: a pseudo row after the message at its offset."""
-    topic, partition, offset, part = row[:4]
-    return (int(partition), int(offset), topic, int(part) < 0)
-
-
-def _fast_items(rows: list[tuple[Any, ...]]) -> list[Incoming | None]:
-    """Each row (``_FAST_COLUMNS``) as the fast path reads it: a message of one key
-    (``part`` 0, no routing error) or a tick; None for any other row (an echo of a
-    destination-wide STRT/REST, a routing error, a control row …), which the machine takes
-    in its place before the fast path resumes. Before, the first such row ended the fast
-    path for the rest of the call: a batch that began with a STRT went through the machine
-    whole (bench_pipeline's busy key: 10,520 messages, 1.9 GB, BENCHMARKS.md)."""
-    items: list[Incoming | None] = []
-    for topic, partition, offset, part, error, value in rows:
-        coords = (topic, int(partition), int(offset))
-        if part == 0 and error is None and value is not None:
-            items.append(Incoming(*coords, value=bytes(value)))
-        elif part == TICK_PART:
-            row = pseudo_rows(*coords, value, part)[0]
-            items.append(Incoming(*coords, tick=row.num("htime")))
-        else:
-            items.append(None)
-    return items
+    return run_call(current, rows, decode, now_ms, config, key, decoder.codepage, flush)
 
 
 def _jsonable(value: object) -> object:
@@ -411,15 +249,15 @@ def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int,
 class EarlyFiles:
     """``key_step``'s ``flush`` with the direct writer: the fast path's landed transactions
     written as Parquet files as they gather, so a busy key's call holds at most
-    ``FLUSH_TRANSACTIONS`` of them (twice that while a write runs). Their output frames (the
+    ``call.FLUSH_TRANSACTIONS`` of them (twice that while a write runs). Their output frames (the
     files' descriptions, committed by the sink with the batch's other files, exactly as the
     call's last ones) and their times (for the metrics row) are kept for the call's output.
 
     Each set of files is written on a thread of its own while the call goes on: a key's
     call is one task on one core, and pyarrow releases the GIL while it encodes Parquet,
-    so the writes (~15 % of a busy key's call, BENCHMARKS.md) run beside it, on a core the
-    key's task left idle. One write at a time: the next waits for the one before. A write
-    that fails raises in the call, at the next flush or at ``frames``, as it did inline."""
+    so the writes (a sizeable part of a busy key's call, decision 0010) run beside it, on a
+    core the key's task left idle. One write at a time: the next waits for the one before. A
+    write that fails raises in the call, at the next flush or at ``frames``."""
 
     def __init__(self, files: DataFiles, now_ms: int, tod_offset_us: int) -> None:
         self._files, self._now, self._tod = files, now_ms, tod_offset_us
@@ -463,7 +301,7 @@ class EarlyFiles:
             self._done.append(writing.result())
 
 
-def key_output(key: tuple[str, str], frames: list[pd.DataFrame], done: KeyStep,
+def key_output(key: tuple[str, str], frames: list[pd.DataFrame], done: CallResult,
                events: list[Any], now_ms: int, config: ReassemblyConfig,
                files: DataFiles | None, early: EarlyFiles | None) -> pd.DataFrame:
     """One call's whole output frame (shared by both state APIs): what ``early`` wrote,

@@ -3,7 +3,7 @@
 Why it exists: ``applyInPandasWithState`` keeps one state value per key and the product rewrites
 all of it (``KeyState.to_bytes``) on every call. While a huge transaction is open, that value
 holds every buffered image, so each batch re-reads, re-compresses and re-checkpoints the whole
-open transaction: batch time and checkpoint size grow with it (BENCHMARKS.md, "State API").
+open transaction: batch time and checkpoint size grow with it (decision 0005).
 ``transformWithStateInPandas`` offers list state, which RocksDB appends to without rewriting.
 
 How ``step`` (which takes and returns a whole ``KeyState``) is split, without changing it:
@@ -160,10 +160,9 @@ class ReassemblyProcessor(StatefulProcessor):
         if st is None:
             self.header.clear()
             return
-        if st.partial is not None and st.partial.images:
-            self.images.appendList([(i.rsnr, i.dsnr, i.image_type, i.payload)
-                                    for i in st.partial.images])
-            st.partial.images = []
+        spill = st.take_partial_images()
+        if spill:
+            self.images.appendList([(i.rsnr, i.dsnr, i.image_type, i.payload) for i in spill])
         self.header.update((st.to_bytes(),))
 
     def _arm(self, next_timeout_ms: int | None, now_ms: int) -> None:

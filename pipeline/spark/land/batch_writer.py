@@ -48,6 +48,9 @@ class LandedBatch:
     clock: PhaseClock
     #: rows to land per table, then what the steps landed (and the metrics gauges)
     counts: dict[str, int] = field(default_factory=dict)
+    #: what runs once every step has landed the batch: deleting the files of a replay whose
+    #: raw commit was skipped (a later step of the same batch reads them)
+    on_done: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def session(self) -> SparkSession:
@@ -119,6 +122,8 @@ def batch_writer(settings: Settings, app_id: str, steps: Sequence[LandingStep]
                 counts.update(step.land(batch))
                 if step.lap is not None:
                     clock.lap(step.lap)
+            for done in batch.on_done:
+                done()
         finally:
             frame.unpersist()
 

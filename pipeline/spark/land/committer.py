@@ -11,7 +11,10 @@ Exactly once, like the Spark appends (``pipeline.spark.land.writes``): a batch w
 log already holds (``pipeline.spark.land.ledger``) is not committed again; when the log cannot tell,
 the table's own ``SetTransaction`` for the app id decides. Both carry the same app id
 (``<app>-<table>``) and tag as a Spark append would, so a restart may switch
-``stream.raw_writer`` either way. The files of a batch that is not committed are deleted.
+``stream.raw_writer`` either way. The files of a batch that is not committed are handed back
+to the caller: they hold the same rows as the committed ones (a replay of a micro-batch reads
+the same offsets from the same state), so a later step of the batch (the direct typed writer)
+may still read them; the batch writer deletes them once its steps are done.
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ class DeltaCommitter:
 
     def commit(self, path: str, files: list[Mapping[str, Any]], app_id: str, batch_id: int,
                ledger: CommitLedger) -> bool:
-        """Commit ``files`` (relative to ``path``) as ``batch_id``; False if it had landed."""
+        """Commit ``files`` (relative to ``path``) as ``batch_id``; False if it had landed
+        (the files are then unreferenced: the caller deletes them, :meth:`delete`)."""
         landed = ledger.landed(path, batch_id)
         jvm = self._jvm
         txn = None
@@ -62,7 +66,6 @@ class DeltaCommitter:
                 self._spark._jsparkSession, path).startTransaction()
         if txn is None or (landed is None and txn.txnVersion(app_id) >= batch_id):
             log.info("batch %s already in %s: skipped", batch_id, path)
-            self._delete(path, (f["path"] for f in files))
             return False
         parse = getattr(getattr(jvm.org.apache.spark.sql.delta.actions, "Action$"), "MODULE$")
         actions = [parse.fromJson(add_action(f)) for f in files]
@@ -82,7 +85,7 @@ class DeltaCommitter:
     def _empty_map(self) -> Any:
         return getattr(getattr(self._jvm.scala.collection.immutable, "Map$"), "MODULE$").empty()
 
-    def _delete(self, path: str, names: Iterable[str]) -> None:
+    def delete(self, path: str, names: Iterable[str]) -> None:
         """Best effort: a file left behind is unreferenced, and VACUUM removes it anyway."""
         jvm = self._jvm
         conf = self._spark.sparkContext._jsc.hadoopConfiguration()

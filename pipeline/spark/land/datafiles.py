@@ -2,22 +2,23 @@
 
 Why: every batch lands rows in four tables (transactions, records, images, status_events).
 Appending them with Spark costs one Spark job and one commit per table, plus a JSON hand-over
-(encode in Python, ``from_json`` in the JVM) of every row. Measured on the 2-core machine
-(BENCHMARKS.md, "Pipeline throughput"): appending one 2,000-message batch's rows, already typed
-and cached, to the four tables takes 0.76 s, more than the raw Kafka→Delta passthrough needs
-for its whole batch. The state task already holds those rows in Python, so it writes them
-with pyarrow (one file per table and call) and hands the driver a small description of each
-file; the driver commits the files with delta-spark's own transaction
-(``pipeline.spark.land.committer``): one commit per table, no Spark job.
+(encode in Python, ``from_json`` in the JVM) of every row: on the 2-core machine more than
+the raw Kafka→Delta passthrough needs for its whole batch (decision 0002). The state task
+already holds those rows in Python, so it writes them with pyarrow (one file per table and
+call) and hands the driver a small description of each file; the driver commits the files
+with delta-spark's own transaction (``pipeline.spark.land.committer``): one commit per table,
+no Spark job.
 
 What one state call does with its table rows (:meth:`DataFiles.split`):
 
 * rows of ``DIRECT_TABLES`` go to one Parquet file per table under the table's folder; the
   call's output carries one ``FILES_TABLE`` row per file (table, path relative to the table,
-  size, rows, modification time, Delta statistics);
+  size, rows, modification time, Delta statistics; for the landed transactions' tables the
+  subscriptions whose rows it holds);
 * rows a later stage of the same batch reads stay in the output as JSON as well ("mirrors"):
-  the transactions, records and images of subscriptions with a typed layout
-  (``pipeline.spark.typed.stage``) and the lifecycle statuses (``pipeline.spark.typed.lifecycle``);
+  the lifecycle statuses (``pipeline.spark.typed.lifecycle``), and the transactions, records
+  and images of the ``mirror_subscriptions`` (none in the job: the typed step reads this
+  batch's files themselves, ``pipeline.spark.typed.direct``);
 * every other table (gaps, alerts, requests, quarantine, …) stays JSON, appended by Spark.
 
 The files carry ``batch_id`` like every landed row; the task learns it from the Spark local
@@ -79,7 +80,9 @@ def data_files(settings: Settings, tables: Sequence[str] = DIRECT_TABLES) -> Dat
     return DataFiles(
         paths={t: table_path(settings, t) for t in tables},
         stats_columns=settings.stream.delta_stats_columns,
-        mirror_subscriptions=frozenset(lay.subscription for lay in settings.layouts),
+        # the typed step reads the batch's transactions, records and images from these
+        # files (pipeline.spark.typed.direct): no mirrors of them
+        mirror_subscriptions=frozenset(),
         mirror_statuses=frozenset(LIFECYCLE_STATUSES), store=store)
 
 
@@ -106,9 +109,11 @@ class DataFiles:
             subs = cols["subscription"]
             if not len(subs):
                 continue
-            files.append(self._write(table, [pa.array(cols[f.name], f.type)
-                                             for f in arrow_schema(table) if f.name in cols],
-                                     batch_id))
+            files.append({**self._write(table, [pa.array(cols[f.name], f.type)
+                                                for f in arrow_schema(table) if f.name in cols],
+                                        batch_id),
+                          # whose rows: the typed step reads only its files' subscriptions
+                          "subscriptions": sorted({str(s) for s in subs})})
             if self.mirror_subscriptions.intersection(subs):
                 keep = [i for i, s in enumerate(subs) if s in self.mirror_subscriptions]
                 out[table] = columns_to_rows(table, cols, keep)

@@ -3,9 +3,8 @@
 Why not Delta's ``txnAppId``/``txnVersion`` alone: in delta-spark 4.4 every write that carries
 them asks the snapshot for its set transactions, which rebuilds the table state with three
 Spark jobs ("Compute snapshot for version N") per write, although the ``.crc`` file already
-holds them. Measured on the 2-core machine: 1.1-1.5 s per append with the options against
-0.4 s without (BENCHMARKS.md, "Pipeline throughput"); with four to six tables per batch that
-was a third of the pipeline's batch time.
+holds them: with four to six tables per batch, a third of the pipeline's batch time
+(decision 0003).
 
 So the batch writer tags every append with ``userMetadata`` = ``urbpipe:<app id>:<batch id>``
 (it lands in the commit's ``commitInfo``) and, before writing, reads the newest commits of the

@@ -6,8 +6,8 @@ keeps every commit's JSON and CRC in ``_delta_log`` for ``delta.logRetentionDura
 steady state a bulk table's log holds about ``retention / trigger interval`` commits: 518,400
 at the defaults (30 days, 5 seconds).
 
-Delta finds a table's newest version by listing that folder, at every commit. Measured here
-(``benchmarks/delta_log_growth.py``, BENCHMARKS.md "Delta log growth"): on the local file
+Delta finds a table's newest version by listing that folder, at every commit. Measured with
+``benchmarks/delta_log_growth.py`` (decision 0012): on the local file
 system an append's time grows by about 20 ms per 1,000 files in the folder — one listing of
 the whole folder per commit — with four files per commit (the JSON, the CRC and Hadoop's
 checksum of each). HDFS lists the whole folder too (its cost per file was not measured here,
@@ -76,7 +76,7 @@ def advice(settings: Settings, trigger_interval: str | None = None) -> str | Non
         return None
     return (f"{held}~{added / 1000:,.1f} s to each commit of each table once the log is full "
             f"(measured on a local file system: {MS_PER_1000_FILES:g} ms per 1,000 files, "
-            f"BENCHMARKS.md 'Delta log growth')." + lower)
+            f"docs/decisions/0012-delta-log-growth-warning.md)." + lower)
 
 
 def commit_lists(commits: int) -> int:

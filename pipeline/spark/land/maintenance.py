@@ -90,8 +90,8 @@ def vacuum(spark: SparkSession, path: str, retention_hours: int) -> None:
     Why the listing parallelism is set: VACUUM lists the table's directories in Spark tasks,
     as many as ``spark.sql.sources.parallelPartitionDiscovery.parallelism`` (default 10,000,
     delta-spark ``VacuumCommand``). Each of its listing stages then runs 10,000 tasks however
-    small the table: on a 2-core driver a 36-file table took 60-70 s to vacuum, 10 s with the
-    cores' count. A few tasks per core keeps a big lake's listing parallel.
+    small the table: on a 2-core driver a 36-file table takes 60-70 s to vacuum that way, 10 s
+    with the cores' count. A few tasks per core keeps a big lake's listing parallel.
 
     Why the retention switch: delta-spark 4.4 ignores VACUUM's retention argument (anything
     but 0 hours) and deletes by the table's ``delta.deletedFileRetentionDuration`` instead

@@ -39,9 +39,10 @@ class RawTables:
             by_table.setdefault(file["table"], []).append(file)
         committer = DeltaCommitter(session)
         with ThreadPoolExecutor(max_workers=_WRITERS) as pool:
-            futures = [pool.submit(committer.commit, table_path(settings, table), found,
-                                   f"{app_id}-{table}", batch_id, batch.ledger)
-                       for table, found in by_table.items()]
+            commits = {table: pool.submit(committer.commit, table_path(settings, table), found,
+                                          f"{app_id}-{table}", batch_id, batch.ledger)
+                       for table, found in by_table.items()}
+            futures = list(commits.values())
             futures += [pool.submit(_in_batch, session, batch_id, write_once,
                                     table_frame(batch.frame, table, batch_id),
                                     table_path(settings, table), f"{app_id}-{table}",
@@ -49,6 +50,11 @@ class RawTables:
                         for table in TABLES if batch.counts.get(table)]
             for future in futures:
                 future.result()
+        for table, done in commits.items():
+            if not done.result():  # a replay of a landed batch: its files go once all is done
+                path = table_path(settings, table)
+                batch.on_done.append(lambda p=path, fs=by_table[table]: committer.delete(
+                    p, (f["path"] for f in fs)))
         return {table: sum(int(f["rows"]) for f in found) for table, found in by_table.items()}
 
 

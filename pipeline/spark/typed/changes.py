@@ -8,6 +8,7 @@ rsnr/dsnr, ``_seq``), and one change per record (``pipeline.typed.versioning``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pipeline.config import Layout, Settings
@@ -18,7 +19,7 @@ from pipeline.typed.decoding import ERROR_COLUMN, TYPED_IMAGE_TYPES
 from pipeline.typed.versioning import RSP_ISN_NOT_FOUND
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 KEYS = ("subscription", "destination", "epoch", "tsnr")
 
@@ -56,9 +57,32 @@ def joined_rows(batch: DataFrame, settings: Settings) -> tuple[DataFrame, DataFr
     from pyspark.sql import functions as F
 
     seq = batch.withColumn("_seq", F.monotonically_increasing_id())
-    txs = _occurrence(_rows(seq, "transactions")).select(
+    return _joined({t: _rows(seq, t) for t in ("transactions", "records", "images")}, settings)
+
+
+def joined_rows_from_files(spark: SparkSession, settings: Settings,
+                           inputs: Mapping[str, Sequence[str]]) -> tuple[DataFrame, DataFrame]:
+    """``joined_rows`` of a batch whose rows are in the direct writer's Parquet files (each
+    call's rows in the order it emitted them: ``_seq`` counts them file by file)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    frames = {}
+    for table in ("transactions", "records", "images"):
+        names = [c.strip().split(" ")[0] for c in SCHEMAS[table].split(",")]
+        paths = list(inputs.get(table, ()))
+        frame = (spark.read.parquet(*paths) if paths else spark.createDataFrame(
+            [], StructType.fromDDL(SCHEMAS[table])))
+        frames[table] = frame.select(*names).withColumn("_seq", F.monotonically_increasing_id())
+    return _joined(frames, settings)
+
+
+def _joined(frames: Mapping[str, DataFrame], settings: Settings) -> tuple[DataFrame, DataFrame]:
+    from pyspark.sql import functions as F
+
+    txs = _occurrence(frames["transactions"]).select(
         *KEYS, "occ", "dbid", "commit_time", "origin", "landed_at")
-    recs = (_occurrence(_rows(seq, "records"), "rsnr")
+    recs = (_occurrence(frames["records"], "rsnr")
             .select(*KEYS, "occ", "rsnr", "fnr", "isn", F.col("type").alias("record_type"),
                     "rsp", "record_time")
             .join(txs, [*KEYS, "occ"])
@@ -68,7 +92,7 @@ def joined_rows(batch: DataFrame, settings: Settings) -> tuple[DataFrame, DataFr
                 (F.col("record_type") == "R") & F.col("record_time").isNotNull(),
                 F.col("record_time")).otherwise(F.col("commit_time")))
             .drop("record_time"))
-    imgs = (_occurrence(_rows(seq, "images"), "rsnr", "dsnr")
+    imgs = (_occurrence(frames["images"], "rsnr", "dsnr")
             .select(*KEYS, "occ", "rsnr", "dsnr", "image_type", "payload", "acode", "wcode",
                     "arc")
             .where(F.col("image_type").isin(*TYPED_IMAGE_TYPES))

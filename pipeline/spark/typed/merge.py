@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pipeline.config import Settings
-from pipeline.spark.land.tables import table_path
+from pipeline.spark.land.tables import small_table
 from pipeline.spark.land.writes import delta_txn
 from pipeline.spark.typed.tables import META, ORDER
 
@@ -69,16 +69,19 @@ def file_cutoffs(spark: SparkSession, settings: Settings,
 
     Every distinct ``truncated_before`` of the file's ``file_status`` rows: the latest one
     guards the current table, all of them close history intervals. A small table, read once
-    per batch.
+    per batch (``small_table``).
     """
-    from pyspark.sql import functions as F
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-    rows = (spark.read.format("delta").load(table_path(settings, "file_status"))
-            .where(F.col("truncated_before").isNotNull())
-            .groupBy("dbid", "fnr")
-            .agg(F.array_sort(F.collect_set(F.unix_micros("truncated_before"))).alias("cuts"))
-            .collect())
-    return {(r.dbid, r.fnr): tuple(r.cuts) for r in rows}
+    rows = small_table(spark, settings, "file_status", ["dbid", "fnr", "truncated_before"])
+    stamps = pc.cast(rows.column("truncated_before"), pa.int64()).to_pylist()
+    cuts: dict[tuple[int, int], set[int]] = {}
+    for dbid, fnr, stamp in zip(rows.column("dbid").to_pylist(), rows.column("fnr").to_pylist(),
+                                stamps, strict=True):
+        if stamp is not None:
+            cuts.setdefault((dbid, fnr), set()).add(stamp)
+    return {key: tuple(sorted(found)) for key, found in cuts.items()}
 
 
 def since_cutoff(changes: DataFrame, cutoffs_us: tuple[int, ...]) -> DataFrame:

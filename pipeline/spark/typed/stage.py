@@ -1,6 +1,19 @@
 """Typed tables per configured file: ``changes_``, ``current_``, ``tombstones_``, ``history_``.
 
-Runs inside foreachBatch after the raw tables are committed, from the same persisted batch:
+Runs inside foreachBatch after the raw tables are committed, from the same batch, one of two
+ways (the rules below are the same; both are held to the reference models):
+
+* **direct** (``stream.raw_writer`` direct on a lake of the file system: a local lake by
+  default; ``tables.direct_typed``): the batch's
+  transactions, records and images are the state tasks' Parquet files; the decode specs and
+  refresh cutoffs are worked out here once, and the tasks of one Spark job land every file's
+  tables through delta-rs, column-wise (``pipeline.spark.typed.direct``, ``file_writer``;
+  ``pipeline.typed.frames`` are the rules on columns). What it costs grows with the batch's
+  rows, not with the number of files (BENCHMARKS.md "Typed tables over a files axis"). A file
+  whose tables carry a feature delta-rs cannot write (a column widened in place) is landed
+  the Spark way from the same files.
+* **Spark** (``stream.raw_writer`` spark, or an object-store lake), file after file, as the
+  points below say:
 
 1. transactions ⋈ records ⋈ images of the batch. Initial-state pseudo-transactions all have
    tsnr 0 and restart rsnr at 1, so (destination, subscription, epoch, tsnr, rsnr) is not unique
@@ -42,6 +55,7 @@ rows whatever the committed ones changed (see ``unburied``, ``history_source``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Layout, Settings
@@ -49,7 +63,12 @@ from pipeline.payload import spark_ddl
 from pipeline.spark.land.batch_writer import LandedBatch
 from pipeline.spark.land.tables import table_path
 from pipeline.spark.land.writes import append_once, append_rows
-from pipeline.spark.typed.changes import joined_rows, quarantine_rows, record_changes
+from pipeline.spark.typed.changes import (
+    joined_rows,
+    joined_rows_from_files,
+    quarantine_rows,
+    record_changes,
+)
 from pipeline.spark.typed.history import history_source, merge_history
 from pipeline.spark.typed.merge import (
     file_cutoffs,
@@ -72,6 +91,7 @@ from pipeline.spark.typed.tables import (
     changes_table,
     current_table,
     decode_spec,
+    direct_typed,
     form,
     history_table,
     tombstones_table,
@@ -92,7 +112,9 @@ class TypedTables:
     """Landing step (with conf layouts): the typed tables, after the raw ones. Only when the
     batch holds what they are made of (records, or GFFT layouts); a batch without them is the
     common idle case (transformWithState runs one at every trigger) and the typed step's jobs
-    would cost it about a second: then the tables are only made sure to exist."""
+    would cost it about a second: then the tables are only made sure to exist. With the
+    direct writer (``stream.raw_writer``) the records are in the state tasks' files, and the
+    tasks of one Spark job land every file's tables (``pipeline.spark.typed.direct``)."""
 
     lap = "t_typed_ms"
 
@@ -101,56 +123,59 @@ class TypedTables:
         self._settings = settings
         self._tables = tables
         self._layouts = layouts
+        self._direct = direct_typed(settings)
 
     def land(self, batch: LandedBatch) -> dict[str, int]:
-        if batch.rows.get("records") or batch.rows.get("layouts"):
+        files = batch.files if self._direct else None
+        records = (any(f["table"] == "records" for f in files) if files is not None
+                   else bool(batch.rows.get("records")))
+        if records or batch.rows.get("layouts"):
             return write_typed_tables(batch.session, batch.frame, batch.batch_id,
-                                      self._settings, batch.app_id, self._tables, self._layouts)
+                                      self._settings, batch.app_id, self._tables, self._layouts,
+                                      files=files, layouts=bool(batch.rows.get("layouts")))
         self._tables.ensure(batch.session)
         return {}
 
 
 def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, settings: Settings,
                        app_id: str, tables: TypedTableSet | None = None,
-                       next_layouts: NextLayouts | None = None) -> dict[str, int]:
+                       next_layouts: NextLayouts | None = None,
+                       files: Sequence[Mapping[str, Any]] | None = None,
+                       layouts: bool = True) -> dict[str, int]:
     """Land the typed tables of every configured layout for one batch; rows per table.
     ``tables``: the writer's record of the tables made so far (a new one checks them all);
     ``next_layouts`` is told the layout that decodes each file's next images, for the lifecycle
-    step of the same batch."""
+    step of the same batch. ``files``: the direct writer's files of the batch (its records
+    are there, not in ``batch``): the tasks land the tables (``pipeline.spark.typed.direct``);
+    None: Spark does, from ``batch``'s rows. ``layouts``: whether ``batch`` may hold
+    ``layouts`` (GFFT) rows (False: its counts say none, their read is skipped)."""
     if not settings.layouts:
         return {}
+    (tables or TypedTableSet(settings)).ensure(spark)
+    if files is not None:
+        return _write_direct(spark, batch, batch_id, settings, app_id, next_layouts, files,
+                             layouts)
     from pyspark.sql import functions as F
 
-    (tables or TypedTableSet(settings)).ensure(spark)
     recs, imgs = joined_rows(batch, settings)
     recs = recs.persist()
     counts: dict[str, int] = {}
     try:
         # the files present, with their newest commit time (the tombstones' retention
         # horizon) and their record count: one Spark job
-        files = (recs.groupBy("subscription", "dbid", "fnr")
-                 .agg(F.max(F.unix_micros("commit_time")).alias("newest_us"),
-                      F.count("*").alias("records")).collect())
-        newest = {(r["subscription"], r["dbid"], r["fnr"]): r["newest_us"] for r in files}
-        records = {(r["subscription"], r["dbid"], r["fnr"]): r["records"] for r in files}
-        present = {settings.table_suffix(sub, dbid, fnr) for sub, dbid, fnr in newest}
+        files_present = (recs.groupBy("subscription", "dbid", "fnr")
+                         .agg(F.max(F.unix_micros("commit_time")).alias("newest_us"),
+                              F.count("*").alias("records")).collect())
+        present = {settings.table_suffix(r["subscription"], r["dbid"], r["fnr"])
+                   for r in files_present}
         specs, events, fresh = _specs(spark, settings, batch, batch_id, present)
         if next_layouts is not None and present:  # the versions were read: the specs are final
             next_layouts.known(batch_id, specs)
         if fresh:  # new GFFT versions may read what AUTI said a field became
             events += versions_arrived(spark, settings, specs, fresh, app_id, batch_id,
                                        len(events))
-        cutoffs = file_cutoffs(spark, settings) if newest else {}
-        for lay in settings.layouts:
-            key = (lay.subscription, lay.dbid, lay.fnr)
-            if key not in newest:
-                continue
-            horizon = (None if newest[key] is None or lay.tombstone_retention_days is None
-                       else newest[key] - int(lay.tombstone_retention_days * _DAY_US))
-            counts.update(_write_file(spark, lay, settings, specs[lay.table_suffix()], recs,
-                                      imgs, batch_id, app_id, horizon,
-                                      cutoffs.get((lay.dbid, lay.fnr), ())))
-            counts[current_table(lay)] = records[key]
+        counts.update(_spark_files(spark, settings, settings.layouts, recs, imgs, specs,
+                                   batch_id, app_id, files_present))
         if events:
             append_rows(spark, events, "schema_events", settings, f"{app_id}-gfft", batch_id)
             counts["schema_events_gfft"] = len(events)
@@ -161,15 +186,107 @@ def write_typed_tables(spark: SparkSession, batch: DataFrame, batch_id: int, set
     return counts
 
 
-def _specs(spark: SparkSession, settings: Settings, batch: DataFrame, batch_id: int,
-           present: set[str]) -> tuple[dict[str, DecodeSpec | VersionedSpec],
-                                       list[dict[str, Any]], dict[tuple[int, int], Any]]:
+def _spark_files(spark: SparkSession, settings: Settings, layouts: Sequence[Layout],
+                 recs: DataFrame, imgs: DataFrame, specs: Mapping[str, DecodeSpec | VersionedSpec],
+                 batch_id: int, app_id: str, files_present: Sequence[Any]) -> dict[str, int]:
+    """The Spark way, file after file: decode, append and MERGE each of ``layouts`` that
+    the batch has records of (``files_present``: their rows of newest commit and count)."""
+    newest = {(r["subscription"], r["dbid"], r["fnr"]): r["newest_us"] for r in files_present}
+    records = {(r["subscription"], r["dbid"], r["fnr"]): r["records"] for r in files_present}
+    cutoffs = file_cutoffs(spark, settings) if newest else {}
+    counts: dict[str, int] = {}
+    for lay in layouts:
+        key = (lay.subscription, lay.dbid, lay.fnr)
+        if key not in newest:
+            continue
+        horizon = (None if newest[key] is None or lay.tombstone_retention_days is None
+                   else newest[key] - int(lay.tombstone_retention_days * _DAY_US))
+        counts.update(_write_file(spark, lay, settings, specs[lay.table_suffix()], recs, imgs,
+                                  batch_id, app_id, horizon,
+                                  cutoffs.get((lay.dbid, lay.fnr), ())))
+        counts[current_table(lay)] = records[key]
+    return counts
+
+
+def _write_direct(spark: SparkSession, batch: DataFrame, batch_id: int, settings: Settings,
+                  app_id: str, next_layouts: NextLayouts | None,
+                  files: Sequence[Mapping[str, Any]], layouts: bool) -> dict[str, int]:
+    """The direct way: the specs and cutoffs here, every file's tables in the tasks of one
+    Spark job; a file the tasks leave to Spark (a widened column) the Spark way, from the
+    same files."""
+    from pipeline.spark.typed.direct import append_quarantine, land_files, raw_inputs
+
+    inputs = raw_inputs(settings, files)
+    records = bool(inputs["records"])
+    every = {lay.table_suffix() for lay in settings.layouts} if records else set()
+    # no per-file schema reads here: the tasks write in each table's own types, and a table
+    # widened in place (the case _conf_spec is for) is left to Spark, which reads them
+    specs, events, fresh = _specs(spark, settings, batch, batch_id, every, widening=False,
+                                  batch_layouts=layouts)
+    if next_layouts is not None and records:
+        next_layouts.known(batch_id, specs)
+    if fresh:
+        events += versions_arrived(spark, settings, specs, fresh, app_id, batch_id, len(events))
+    counts: dict[str, int] = {}
+    if records:
+        cutoffs = file_cutoffs(spark, settings)
+        results = land_files(spark, settings, specs, cutoffs, inputs, batch_id, app_id)
+        by_key = {(lay.subscription, lay.dbid, lay.fnr): lay for lay in settings.layouts}
+        for result in results:
+            lay = by_key[result.key]
+            if result.spark:
+                continue
+            counts.update(result.counts)
+            counts[current_table(lay)] = result.records
+            append_quarantine(spark, settings, result.quarantine, changes_table(lay), app_id,
+                              batch_id)
+        spark_only = [by_key[r.key] for r in results if r.spark]
+        if spark_only:
+            counts.update(_spark_fallback(spark, settings, spark_only, batch, inputs,
+                                          batch_id, app_id))
+    if events:
+        append_rows(spark, events, "schema_events", settings, f"{app_id}-gfft", batch_id)
+        counts["schema_events_gfft"] = len(events)
+    if counts:
+        log.info("typed batch %s: %s", batch_id, counts)
+    return counts
+
+
+def _spark_fallback(spark: SparkSession, settings: Settings, layouts: Sequence[Layout],
+                    batch: DataFrame,
+                    inputs: Mapping[str, Sequence[tuple[str, tuple[str, ...]]]], batch_id: int,
+                    app_id: str) -> dict[str, int]:
+    """Files whose tables delta-rs cannot write, landed by Spark from the batch's files."""
+    from pyspark.sql import functions as F
+
+    subset = settings.model_copy(update={"layouts": list(layouts)})
+    recs, imgs = joined_rows_from_files(
+        spark, subset, {t: [path for path, _ in found] for t, found in inputs.items()})
+    recs = recs.persist()
+    try:
+        files_present = (recs.groupBy("subscription", "dbid", "fnr")
+                         .agg(F.max(F.unix_micros("commit_time")).alias("newest_us"),
+                              F.count("*").alias("records")).collect())
+        # the specs again, with the tables' widened types (the direct path skipped them)
+        specs, _, _ = _specs(spark, subset, batch, batch_id,
+                             {lay.table_suffix() for lay in layouts})
+        return _spark_files(spark, subset, layouts, recs, imgs, specs, batch_id, app_id,
+                            files_present)
+    finally:
+        recs.unpersist()
+
+
+def _specs(spark: SparkSession, settings: Settings, batch: DataFrame | None, batch_id: int,
+           present: set[str], *, widening: bool = True, batch_layouts: bool = True
+           ) -> tuple[dict[str, DecodeSpec | VersionedSpec], list[dict[str, Any]],
+                      dict[tuple[int, int], Any]]:
     """Each file's decode spec (by table suffix): its GFFT versions with the conf as fallback
     (``pipeline.spark.typed.stream_layouts``), or the conf layout alone; the ``schema_events``
     rows of the GFFT versions first seen in this batch; and the files those versions are of,
     with the newest one's creation time. ``present``: the suffixes of the files the batch has
-    records of."""
-    versions = read_versions(spark, settings, batch, batch_id, bool(present))
+    records of; ``widening``: give them ``_conf_spec``'s wider types; ``batch_layouts``:
+    whether the batch may hold GFFT rows (``read_versions``)."""
+    versions = read_versions(spark, settings, batch, batch_id, bool(present), batch_layouts)
     specs: dict[str, DecodeSpec | VersionedSpec] = {}
     events: list[dict[str, Any]] = []
     fresh: dict[tuple[int, int], Any] = {}
@@ -177,7 +294,7 @@ def _specs(spark: SparkSession, settings: Settings, batch: DataFrame, batch_id: 
         suffix = lay.table_suffix()
         fv = versions.get(suffix)
         if fv is None or (not fv.layouts.versions and lay.format_buffer):
-            specs[suffix] = (_conf_spec(spark, settings, lay, suffix in present)
+            specs[suffix] = (_conf_spec(spark, settings, lay, widening and suffix in present)
                              if lay.format_buffer else
                              VersionedSpec(FileLayouts(None), {}, **form(settings, lay),
                                            tod_offset_us=settings.replicator.tod_offset_us))

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Layout, Settings
 from pipeline.errors import UsageError
+from pipeline.objectstore import is_object_store
 from pipeline.payload import spark_ddl
+from pipeline.spark.land.datafiles import writer_mode
 from pipeline.spark.land.tables import (
     CHANGE_FEED,
     SCHEMAS,
@@ -114,12 +116,25 @@ def typed_tables(lay: Layout) -> list[tuple[str, str]]:
     return tables
 
 
+def direct_typed(settings: Settings) -> bool:
+    """Whether the direct typed writer lands the typed tables (Python tasks, delta-rs;
+    ``pipeline.spark.typed.direct``): with the direct writer on a lake of the local (or a
+    shared) file system. An object store keeps Spark's way: delta-rs needs a commit lock
+    there that this project has not set up or tested."""
+    lake = settings.location(settings.stream.lake_dir)
+    return writer_mode(settings) == "direct" and not is_object_store(lake)
+
+
 def typed_properties(settings: Settings, name: str) -> dict[str, str]:
-    """Delta properties of a typed table: the lifetime ones (Spark writes every typed table),
-    and on ``current_…`` the change feed (``stream.change_feed``), so downstream jobs read
-    what the MERGEs, deletes and refreshes changed instead of diffing snapshots. Delta's
-    defaults otherwise (statistics, checkpoint interval)."""
-    props = lifetime_properties(settings, spark_written=True)
+    """Delta properties of a typed table: the lifetime ones (auto compaction only where Spark
+    writes the typed tables: the direct writer's delta-rs commits run no Spark hook, so
+    ``urbpipe maintain`` compacts them), the checkpoint interval of the job's tables
+    (``stream.delta_checkpoint_interval``: every file's four tables commit every batch), and
+    on ``current_…`` the change feed (``stream.change_feed``), so downstream jobs read what
+    the MERGEs, deletes and refreshes changed instead of diffing snapshots. Delta's defaults
+    otherwise (statistics)."""
+    props = lifetime_properties(settings, spark_written=not direct_typed(settings))
+    props["delta.checkpointInterval"] = str(settings.stream.delta_checkpoint_interval)
     if name.startswith("current_"):
         props[CHANGE_FEED] = str(settings.stream.change_feed).lower()
     return props

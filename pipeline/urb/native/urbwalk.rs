@@ -9,7 +9,7 @@
 //! statuses than the caller has room for — returns `DEFER`, and the caller runs the
 //! pure-Python scan, which words every error
 //! exactly as the full decoder does. So this code never has to agree with Python on an error,
-//! only on what a well-formed plain message routes to; `tests/test_native_scan.py` holds the
+//! only on what a well-formed plain message routes to; `tests/unit/integration/test_native_routing.py` holds the
 //! two to that on generated and mutated messages.
 //!
 //! Plan layout (bytes): per kind, 8 bytes: eye-catcher (4), action (1: 0 plain, 1 plain with a

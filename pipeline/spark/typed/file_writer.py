@@ -1,0 +1,384 @@
+"""Direct typed writer, task side: one configured file's batch into its typed tables, from a
+Python task, through delta-rs (the ``deltalake`` package) — no Spark job, no JVM commit.
+
+Why: a Spark MERGE costs ~20 small Spark jobs and a JVM commit about 0.1 s with a
+checkpoint of 2-4 s every tenth (measured on the 2-core machine, BENCHMARKS.md "Typed tables
+over a files axis"); a file's batch makes four commits (changes, current, tombstones,
+history), so a subscription of 50 files spent minutes per batch whatever its size. delta-rs
+commits in ~10-30 ms and MERGEs a small table in ~50 ms from the task, and the tasks of one
+Spark job land all files at once, one file after another per task.
+
+What a file's batch does (the rules are ``pipeline.typed.frames``; the Spark path, which
+``pipeline.spark.typed.stage`` keeps for a lake Python cannot write, says them in SQL):
+
+1. its after and before images decoded (``pipeline.typed.decoding``); good ones appended to
+   ``changes_…``, bad ones handed back for ``quarantine`` (the driver appends them);
+2. one change per record; the current table's rows of the ISNs touched, and the tombstones,
+   read; the newest change per ISN since the latest refresh cutoff, unburied, MERGEd into
+   ``current_…`` as ``update``/``insert``/``delete`` decided here (delta-rs writes the change
+   feed of ``delta.enableChangeDataFeed`` itself);
+3. with ``deletes: remove`` the tombstone table rewritten when it changed (it is small);
+4. with ``history`` the files holding a version of the touched ISNs that can change (open,
+   or closed at or after the batch's earliest change) rewritten with the new or changed
+   versions (``pipeline.spark.typed.history_files``).
+
+Exactly once, as the Spark path: each commit carries Delta's ``txn`` action (app id
+``<app>-<table>``, version = batch id), the same pair delta-spark's txnAppId writes, and a
+table whose ``txn`` for the app id is at the batch already is skipped. A crash between two
+commits is repaired by the replay: the MERGE sources are the same before and after the
+commits that landed (``frames.unburied``, and history reads no other typed table).
+
+A file whose tables carry a table feature delta-rs cannot write (``typeWidening``, after a
+column was widened in place) is not touched: the driver lands it the Spark way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pipeline.spark.typed.history_files import land_history
+from pipeline.typed.batch_rows import (
+    CODED,
+    READ,
+    FileBatch,
+    FileKey,
+    deleted_by_rsp,
+    file_batches,
+)
+from pipeline.typed.decoding import DecodeSpec, VersionedSpec, decode_table
+from pipeline.typed.frames import (
+    DELETE,
+    META,
+    UNVERIFY,
+    UPSERT,
+    current_ops,
+    last_per_group,
+    merge_source,
+    since_cutoff,
+    tombstones_after,
+    unburied,
+    with_flags,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger("urbpipe.typed")
+#: The change key columns of a ``changes_`` row (``tables.CHANGE_KEYS_DDL``), before values.
+CHANGE_KEYS = ("subscription", "destination", "epoch", "tsnr", "rsnr", "dsnr", "isn",
+               "record_type", "image_type", "commit_time", "origin")
+#: Table features the writer leaves to Spark (delta-rs 1.6 writes neither).
+SPARK_ONLY_FEATURES = frozenset({"typeWidening", "typeWidening-preview", "deletionVectors",
+                                 "columnMapping"})
+
+
+@dataclass(frozen=True)
+class FilePlan:
+    """What a task needs to land one configured file's batch (pickled into the task)."""
+
+    key: FileKey
+    label: str                                # "COLOR/10006/4", for quarantine reasons
+    tables: Mapping[str, tuple[str, str]]     # kind -> (table name, path)
+    spec: DecodeSpec | VersionedSpec
+    deletes: str
+    retention_us: int | None
+    cutoffs_us: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class TypedWork:
+    """One task's share of a batch: its files, and the batch's raw Parquet files to read."""
+
+    plans: tuple[FilePlan, ...]
+    inputs: Mapping[str, tuple[str, ...]]     # raw table -> the batch's data files (paths)
+    batch_id: int
+    app_id: str
+
+
+@dataclass
+class FileResult:
+    """What landing one file gave: rows per table, the bad images, or that Spark must."""
+
+    key: FileKey
+    counts: dict[str, int] = field(default_factory=dict)
+    quarantine: list[dict[str, Any]] = field(default_factory=list)
+    records: int = 0
+    spark: bool = False
+
+
+def land_work(work: TypedWork) -> Iterator[FileResult]:
+    """The task: read the batch's rows once, then land each planned file that has records."""
+    plans = {plan.key: plan for plan in work.plans}
+    raw = {name: _read(name, work.inputs.get(name, ()))
+           for name in ("transactions", "records", "images")}
+    for batch in file_batches(raw["transactions"], raw["records"], raw["images"], plans):
+        plan = plans[batch.key]
+        tables = _open(plan)
+        if tables is None:
+            yield FileResult(batch.key, spark=True, records=batch.records.num_rows)
+            continue
+        yield _land_file(plan, tables, batch, work)
+
+
+def _read(table: str, paths: Sequence[str]) -> pa.Table:
+    """The batch's rows of one raw table (the columns the typed step reads), file after
+    file in the order given."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.spark.land.tables import arrow_schema
+
+    columns = list(READ[table])
+    schema = arrow_schema(table)
+    empty = pa.schema([schema.field(c) for c in columns]).empty_table()
+    parts = [empty, *(pq.read_table(path, columns=columns) for path in paths)]
+    return pa.concat_tables(parts, promote_options="default")
+
+
+#: delta-rs tables of this worker process, by path. Loading one replays its log (~5 ms, more
+#: as the log grows); a worker lands the same files batch after batch, so it keeps them and
+#: brings each up to date with the commits since (``update_incremental``).
+_TABLES: dict[str, Any] = {}
+
+
+def _table(path: str) -> Any:
+    from deltalake import DeltaTable
+
+    table = _TABLES.get(path)
+    if table is not None:
+        try:
+            table.update_incremental()
+            return table
+        except Exception:  # replaced under us (dropped, made again): load it afresh
+            del _TABLES[path]
+    table = DeltaTable(path)
+    _TABLES[path] = table
+    return table
+
+
+def _open(plan: FilePlan) -> dict[str, Any] | None:
+    """Each table of the file as a delta-rs table; None when one of them has a feature the
+    writer leaves to Spark."""
+    out = {}
+    for kind, (_, path) in plan.tables.items():
+        try:
+            table = _table(path)
+        except Exception as exc:  # delta-rs refuses to load a table with an unknown feature
+            if any(f in str(exc) for f in SPARK_ONLY_FEATURES):
+                return None
+            raise
+        protocol = table.protocol()
+        features = set(protocol.writer_features or []) | set(protocol.reader_features or [])
+        if features & SPARK_ONLY_FEATURES:
+            return None
+        out[kind] = table
+    return out
+
+
+def _land_file(plan: FilePlan, tables: dict[str, Any], batch: FileBatch,
+               work: TypedWork) -> FileResult:
+    import pyarrow as pa
+
+    result = FileResult(batch.key, records=batch.records.num_rows)
+    changes_schema = _schema(tables["changes"])
+    values = [c for c in plan.spec.columns if c in changes_schema.names]
+    decoded, errors = _decode(batch.images, plan.spec, changes_schema, values)
+    good = decoded.filter(pa.array([e is None for e in errors], pa.bool_()))
+    bad_rows = [i for i, e in enumerate(errors) if e is not None]
+    name = plan.tables["changes"][0]
+    result.counts[name] = good.num_rows
+    result.counts[f"quarantine_{name}"] = len(bad_rows)
+    result.quarantine = _quarantine(batch.images, bad_rows, errors, plan, work.batch_id)
+    if good.num_rows:
+        rows = good.select(list(CHANGE_KEYS)).append_column(
+            "batch_id", pa.array(np.full(good.num_rows, work.batch_id, np.int64)))
+        for v in values:
+            rows = rows.append_column(v, good.column(v))
+        _append(tables["changes"], rows.select(changes_schema.names).cast(changes_schema),
+                _app(work, "changes", plan), work.batch_id)
+    if values:  # a file with no layout yet has no value columns to MERGE
+        changes = record_changes(batch.records, good, values)
+        _merge_current(plan, tables, changes, work)
+        if "history" in tables:
+            _merge_history(plan, tables["history"], changes, work)
+    return result
+
+
+def _app(work: TypedWork, kind: str, plan: FilePlan) -> str:
+    return f"{work.app_id}-{plan.tables[kind][0]}"
+
+
+def _schema(table: Any) -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema(table.schema().to_arrow())
+
+
+def _landed(table: Any, app_id: str, batch_id: int) -> bool:
+    version = table.transaction_version(app_id)
+    return version is not None and version >= batch_id
+
+
+def _commit(app_id: str, batch_id: int) -> Any:
+    from deltalake.transaction import CommitProperties, Transaction
+
+    return CommitProperties(app_transactions=[Transaction(app_id, int(batch_id))])
+
+
+def _append(table: Any, rows: pa.Table, app_id: str, batch_id: int) -> None:
+    from deltalake import write_deltalake
+
+    if _landed(table, app_id, batch_id):
+        log.info("batch %s already in %s: skipped", batch_id, table.table_uri)
+        return
+    write_deltalake(table, rows, mode="append", commit_properties=_commit(app_id, batch_id))
+
+
+def _decode(images: pa.Table, spec: DecodeSpec | VersionedSpec, schema: pa.Schema,
+            values: list[str]) -> tuple[pa.Table, list[str | None]]:
+    """The images with their value columns in the table's types, and each one's error
+    (no images: none, the columns still there for the records' changes)."""
+    columns, errors = decode_table(images, spec, {v: schema.field(v).type for v in values})
+    for v in values:
+        images = images.append_column(v, columns[v])
+    return images, errors
+
+
+def _quarantine(images: pa.Table, bad: list[int], errors: list[str | None], plan: FilePlan,
+                batch_id: int) -> list[dict[str, Any]]:
+    """The ``quarantine`` rows of the undecodable images (``changes.quarantine_rows``)."""
+    rows = []
+    for i in bad:
+        img = images.slice(i, 1).to_pylist()[0]
+        details = {k: img[k] for k in ("fnr", "isn", "rsnr", "dsnr", "record_type",
+                                        "image_type") if img[k] is not None}
+        rows.append({
+            "source": "payload", "subscription": img["subscription"],
+            "destination": img["destination"], "epoch": img["epoch"], "tsnr": img["tsnr"],
+            "reason": f"layout {plan.label}: {errors[i]}", "topic": None, "partition": None,
+            "offset": None, "elem_index": img["rsnr"], "eye": "URBD", "raw": img["payload"],
+            "fields_json": json.dumps(details, separators=(",", ":")),
+            "quarantined_at": img["landed_at"], "batch_id": batch_id})
+    return rows
+
+
+def record_changes(records: pa.Table, good: pa.Table, values: list[str]) -> pa.Table:
+    """One change per record: its action and the values of its own image (the after image
+    of an upsert, the before image of a delete or an unverify; ``changes.record_changes``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    on = [*CODED, "occ", "rsnr"]
+    images = last_per_group(good.select([*on, "image_type", "dsnr", *values]),
+                            [*on, "image_type"], ["dsnr"])
+    rows = records.select(on).append_column(
+        "_row", pa.array(np.arange(records.num_rows, dtype=np.int64)))
+    picks: dict[str, tuple[pa.Table, pa.ChunkedArray]] = {}
+    for kind in ("A", "B"):
+        mine = images.filter(pc.equal(images.column("image_type"), kind))
+        index = mine.select(on).append_column(
+            "_img", pa.array(np.arange(mine.num_rows, dtype=np.int64)))
+        joined = rows.join(index, on, join_type="left outer")
+        order = np.argsort(joined.column("_row").to_numpy())
+        picks[kind] = (mine, joined.column("_img").take(pa.array(order)))
+    record_type = records.column("record_type").to_numpy(zero_copy_only=False)
+    rsp = pc.fill_null(records.column("rsp"), 0).to_numpy(zero_copy_only=False)
+    has_after = pc.is_valid(picks["A"][1]).to_numpy(zero_copy_only=False)
+    action = np.where((record_type == "D") | deleted_by_rsp(record_type, rsp), DELETE,
+                      np.where(has_after, UPSERT, UNVERIFY)).astype(object)
+    use_after = pa.array(action == UPSERT)
+    out = records.select(["isn"])
+    for v in values:
+        after = picks["A"][0].column(v).take(picks["A"][1])
+        before = picks["B"][0].column(v).take(picks["B"][1])
+        out = out.append_column(v, pc.if_else(use_after, after, before))
+    out = out.append_column("action", pa.array(action, pa.string()))
+    out = out.append_column("verified", pa.array(action != UNVERIFY))
+    for c in META:
+        out = out.append_column(c, records.column(c))
+    return out
+
+
+def _read_rows(table: Any, isns: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """The table's rows of these ISNs (files pruned by their ISN statistics), in its schema."""
+    import pyarrow.dataset as ds
+
+    where = ds.field("isn").isin(isns)
+    return table.to_pyarrow_dataset().to_table(filter=where).cast(_schema(table))
+
+
+def _merge_current(plan: FilePlan, tables: dict[str, Any], changes: pa.Table,
+                   work: TypedWork) -> None:
+    """The current table and, with ``deletes: remove``, its tombstones (points 2 and 3)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    source = merge_source(since_cutoff(changes, plan.cutoffs_us))
+    current = tables["current"]
+    schema = _schema(current)
+    cur = _read_rows(current, source.column("isn"))
+    tomb_table = tables.get("tombstones")
+    tombs = tomb_table.to_pyarrow_table().cast(_schema(tomb_table)) if tomb_table else None
+    if plan.deletes == "remove" and tombs is not None:
+        source = unburied(source, cur, tombs)
+    source = with_flags(source, work.batch_id)
+    ops = current_ops(source, cur, plan.deletes)
+    todo = pa.array([op is not None for op in ops], pa.bool_())
+    app = _app(work, "current", plan)
+    if pc.any(todo).as_py() and not _landed(current, app, work.batch_id):
+        rows = source.select(schema.names).cast(schema).filter(todo).append_column(
+            "_op", pa.array([op for op in ops if op is not None], pa.string()))
+        _merge(current, rows, "t.isn = s.isn", app, work.batch_id,
+               delete="s._op = 'delete'", update="s._op = 'update'", insert="s._op = 'insert'")
+    if tomb_table is not None and tombs is not None:
+        _rewrite_tombstones(plan, tomb_table, tombs, source, changes, work)
+
+
+def _rewrite_tombstones(plan: FilePlan, table: Any, old: pa.Table, source: pa.Table,
+                        changes: pa.Table, work: TypedWork) -> None:
+    """The tombstone table after the batch, written over the old one when it changed (the
+    table holds only removed ISNs within their retention: small)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import write_deltalake
+
+    app = _app(work, "tombstones", plan)
+    if _landed(table, app, work.batch_id):
+        return
+    newest = pc.max(pc.cast(changes.column("commit_time"), pa.int64())).as_py()
+    horizon = (None if newest is None or plan.retention_us is None
+               else newest - plan.retention_us)
+    after, changed = tombstones_after(source, old, horizon)
+    if changed:
+        write_deltalake(table, after, mode="overwrite", commit_properties=_commit(
+            app, work.batch_id))
+
+
+def _merge_history(plan: FilePlan, table: Any, changes: pa.Table, work: TypedWork) -> None:
+    """Point 4: the versions of the touched ISNs that are new or whose interval changed
+    (``history_files``: only the files holding them are rewritten)."""
+    app = _app(work, "history", plan)
+    if not changes.num_rows or _landed(table, app, work.batch_id):
+        return
+    land_history(table, with_flags(changes, work.batch_id), plan.cutoffs_us, app,
+                 work.batch_id, _commit(app, work.batch_id))
+
+
+def _merge(table: Any, source: pa.Table, on: str, app_id: str, batch_id: int, *,
+           update: str | None = None, insert: str | None = None,
+           delete: str | None = None) -> None:
+    """A delta-rs MERGE writing every target column from the source (``_op`` aside)."""
+    names = list(_schema(table).names)
+    assign = {f'"{n}"': f's."{n}"' for n in names}
+    merge = table.merge(source, on, source_alias="s", target_alias="t",
+                        commit_properties=_commit(app_id, batch_id))
+    if delete is not None:
+        merge = merge.when_matched_delete(delete)
+    merge = merge.when_matched_update(assign, update).when_not_matched_insert(assign, insert)
+    merge.execute()
