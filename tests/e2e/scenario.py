@@ -35,13 +35,15 @@ def scenario_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | 
                       stream: dict[str, Any] | None = None,
                       kafka: dict[str, Any] | None = None,
                       make_topics: Callable[[Settings], Any] | None = None,
+                      catalog: dict[str, Any] | None = None,
                       ) -> tuple[Settings, Path]:
     """Settings (and their YAML file, for a spark-submit'ed job) with fresh topics.
 
     The typed tables (conf ``layouts``) cost several Spark jobs per batch, so only scenarios
     that test them keep the layouts of conf/test.yaml. ``kafka``: the job's connection keys
     instead of the test broker's (a secured broker's client settings); ``make_topics``: who
-    creates the fresh topics (default: the job's own settings, on the test broker).
+    creates the fresh topics (default: the job's own settings, on the test broker);
+    ``catalog``: keys of the ``catalog`` section over conf/test.yaml's (off there).
     """
     raw = yaml.safe_load(TEST_CONF.read_text())
     if not layouts:
@@ -60,6 +62,7 @@ def scenario_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | 
     raw["spark"]["jars_dir"] = str(ROOT / ".jars" / "spark")
     if subscriptions is not None:
         raw["subscriptions"] = subscriptions
+    raw["catalog"].update(catalog or {})
     path = tmp_path / "conf.yaml"
     path.write_text(yaml.safe_dump(raw))
     settings = load_settings(path, env={})
@@ -88,15 +91,18 @@ class Scenario:
               kafka: dict[str, Any] | None = None,
               make_topics: Callable[[Settings], Any] | None = None,
               sim_kafka: dict[str, Any] | None = None,
+              catalog: dict[str, Any] | None = None,
               ) -> Scenario:
         """``gfft``: files whose GFFT the simulator sends after STRT (``--gfft``); ``sim``:
         more simulator settings; ``edit``: what the transport does to the generated stream
         (lose messages, hold some back …) before the job reads it. ``kafka``/``make_topics``:
         see ``scenario_settings``; ``sim_kafka``: the simulator's own connection keys (on a
-        secured broker the replicator is another principal than the job)."""
+        secured broker the replicator is another principal than the job); ``catalog``: see
+        ``scenario_settings``."""
         settings, path = scenario_settings(tmp_path, name, subscriptions=subscriptions,
                                            gaps=gaps, layouts=layouts, stream=stream,
-                                           kafka=kafka, make_topics=make_topics)
+                                           kafka=kafka, make_topics=make_topics,
+                                           catalog=catalog)
         config = from_settings(settings).model_copy(
             update={"max_message_size": max_message_size, "c5_rate": 0.0,
                     "gfft_files": gfft, **(sim or {})})

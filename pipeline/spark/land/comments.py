@@ -3,7 +3,7 @@
 A comment lives in the column's metadata in the Delta log (``DESCRIBE TABLE`` shows it, by path
 or by catalog name, in Spark and in any reader of the schema). A table created by this version
 gets its comments with its schema (no extra commit); a table made before, or a column added by
-``ALTER TABLE … ADD COLUMNS``, gets them by ``ALTER COLUMN … COMMENT`` (one commit per column),
+``ALTER TABLE … ADD COLUMNS``, gets them by ``ALTER COLUMN … COMMENT`` (one commit per table),
 once: the table keeps a digest of the comments it was given (table property
 ``urbpipe.comments``), so a start whose comments are unchanged reads nothing more than the
 properties it reads anyway.
@@ -56,15 +56,18 @@ def apply_comments(spark: SparkSession, path: str, wanted: Mapping[str, str],
                    replace: Callable[[str, str], bool] | None = None) -> list[str]:
     """Set the ``wanted`` comments the table's columns lack or hold otherwise (``replace``
     (column, its comment) may keep an existing one); columns the table does not have are left
-    out. The columns changed."""
-    changed = []
+    out. One ``ALTER TABLE … ALTER COLUMN a COMMENT …, b COMMENT …``: one commit for them all
+    (a GFFT version names every value column of four tables). The columns changed."""
+    changed = {}
     for column, have in column_comments(spark, path).items():
         text = wanted.get(column)
         if text is None or have == text or (have and replace and not replace(column, have)):
             continue
-        spark.sql(f"ALTER TABLE delta.`{path}` ALTER COLUMN `{column}` COMMENT {sql_text(text)}")
-        changed.append(column)
-    return changed
+        changed[column] = text
+    if changed:
+        spark.sql(f"ALTER TABLE delta.`{path}` ALTER COLUMN " + ", ".join(
+            f"`{column}` COMMENT {sql_text(text)}" for column, text in changed.items()))
+    return list(changed)
 
 
 def ensure_comments(spark: SparkSession, path: str, wanted: Mapping[str, str],

@@ -4,7 +4,8 @@ One entry per column of ``SCHEMAS`` (and ``batch_id``): what it holds, where it 
 replicator's DSECT field, or the job), its values where they are a list, and when it is null.
 ``DESCRIBE TABLE`` shows the text (``comment``: the meaning, then when it is null);
 ``DATA_DICTIONARY.md`` is generated from the same entries (``pipeline.ops.dictionary``).
-tests/spark/test_catalog.py and the dictionary test hold every column to having one.
+tests/spark/typed/test_catalog_views.py, tests/e2e/test_cluster.py (every table of a job's
+lake) and tests/unit/ops/test_dictionary.py hold every column to having one.
 """
 
 from __future__ import annotations

@@ -231,23 +231,28 @@ def table_properties(settings: Settings, table: str) -> dict[str, str]:
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
     """Create every table (empty, with its schema, column comments and properties) so analysts
     can query before data lands; bring tables made by an older version or conf up to date."""
+    for table in SCHEMAS:
+        ensure_table(spark, settings, table)
+
+
+def ensure_table(spark: SparkSession, settings: Settings, table: str) -> None:
+    """One of the job's own tables (``SCHEMAS``) as ``ensure_tables`` makes or updates it."""
     from delta.tables import DeltaTable
     from pyspark.sql.types import StructType
 
-    for table, ddl in SCHEMAS.items():
-        schema = StructType.fromDDL(f"{ddl}, batch_id bigint")
-        notes = comments(table, schema.fieldNames())
-        props = {**table_properties(settings, table), **marker(notes)}
-        schema = commented(schema, notes)
-        path = table_path(settings, table)
-        builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
-        for key, value in props.items():
-            builder = builder.property(key, value)
-        builder.execute()
-        add_missing_columns(spark, path, schema)
-        have = properties_of(spark, path)
-        ensure_comments(spark, path, notes, have)  # a table made before comments existed
-        set_properties(spark, path, props, have)
+    schema = StructType.fromDDL(f"{SCHEMAS[table]}, batch_id bigint")
+    notes = comments(table, schema.fieldNames())
+    props = {**table_properties(settings, table), **marker(notes)}
+    schema = commented(schema, notes)
+    path = table_path(settings, table)
+    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
+    for key, value in props.items():
+        builder = builder.property(key, value)
+    builder.execute()
+    add_missing_columns(spark, path, schema)
+    have = properties_of(spark, path)
+    ensure_comments(spark, path, notes, have)  # a table made before comments existed
+    set_properties(spark, path, props, have)
 
 
 def set_properties(spark: SparkSession, path: str, props: dict[str, str],
