@@ -21,8 +21,13 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if [ ! -f .venv/.installed ] || [ pyproject.toml -nt .venv/.installed ]; then
   say "installing Python packages (pinned in pyproject.toml)"
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e '.[dev]'
+  # uv (PyPI) resolves and installs the same pins in about half pip's time; pip when it fails
+  if .venv/bin/pip install -q uv && .venv/bin/uv pip install -q --python .venv/bin/python \
+      -e '.[dev]'; then :; else
+    say "uv failed: installing with pip"
+    .venv/bin/pip install -q --upgrade pip
+    .venv/bin/pip install -q -e '.[dev]'
+  fi
   touch .venv/.installed
 fi
 

@@ -43,10 +43,12 @@ def _feed(spark, path: str, start: int) -> list[tuple]:
     return sorted((r._commit_version, r.isn, r._change_type, r.color) for r in rows)
 
 
-@pytest.fixture(scope="module", params=["direct", "spark"])
-def fed(request, spark, test_settings: Settings, tmp_path_factory: pytest.TempPathFactory):
-    """Both writers: delta-rs writes the feed of its MERGE itself, Spark's Delta its own."""
-    writer = request.param
+@pytest.fixture(scope="module")
+def fed(spark, test_settings: Settings, tmp_path_factory: pytest.TempPathFactory):
+    """The direct writer, whose feed delta-rs writes itself. Spark's typed path (an object
+    store's) gets the same ``delta.enableChangeDataFeed`` from ``ensure_tables`` and its MERGE
+    feed from Delta itself; ``test_typed_merge[spark]`` keeps its rules, replays included."""
+    writer = "direct"
     settings = _settings(test_settings, tmp_path_factory.mktemp(f"feed-{writer}") / "lake")
     settings = settings.model_copy(update={"layouts": [  # no history table: fewer MERGEs
         lay.model_copy(update={"history": False}) for lay in settings.layouts]})

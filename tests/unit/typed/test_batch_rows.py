@@ -64,3 +64,25 @@ def test_a_file_of_another_database_is_not_the_configured_one() -> None:
     assert sorted((b.key, b.records.column("isn").to_pylist(), b.images.num_rows)
                   for b in got) == [(("COLOR", 10006, 4), [8], 1),
                                     (("COLOR", 10007, 4), [7], 1)]
+
+
+def test_initial_state_pseudo_transactions_pair_by_occurrence_among_live_ones() -> None:
+    """Each initial-state pseudo-transaction has tsnr 0 and rsnr 1 again: the n-th tsnr-0
+    transaction of the batch goes with the n-th tsnr-0 record and image, whatever live
+    transactions come between them (only tsnr-0 rows are counted)."""
+    def initial(isn: int, read_at: datetime) -> tuple[dict, dict, dict]:
+        return ({**_tx(0, 10006), "origin": "initial_state", "commit_time": read_at},
+                {**_rec(0, isn), "type": "R", "record_time": read_at},
+                {**_img(0, "A"), "payload": f"I{isn}".encode()})
+
+    first, second = initial(10, T.replace(hour=1)), initial(20, T.replace(hour=2))
+    live = (_tx(5, 10006), _rec(5, 30), _img(5, "A"))
+    rows = [first, live, second]
+    got = _batches(*[[r[i] for r in rows] for i in range(3)], [("COLOR", 10006, 4)])
+    assert len(got) == 1
+    recs, imgs = got[0].records, got[0].images
+    assert sorted(zip(recs.column("isn").to_pylist(), recs.column("occ").to_pylist(),
+                      recs.column("commit_time").to_pylist(), strict=True)) == [
+        (10, 1, T.replace(hour=1)), (20, 2, T.replace(hour=2)), (30, 1, T)]
+    assert sorted(zip(imgs.column("isn").to_pylist(), imgs.column("payload").to_pylist(),
+                      strict=True)) == [(10, b"I10"), (20, b"I20"), (30, b"RED")]
