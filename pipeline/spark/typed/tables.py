@@ -21,6 +21,8 @@ from pipeline.spark.land.tables import (
     CHANGE_FEED,
     SCHEMAS,
     SENT_TABLE,
+    create_if_missing,
+    for_each_table,
     lifetime_properties,
     set_properties,
     table_path,
@@ -170,23 +172,18 @@ class TypedTableSet:
         self._created: set[str] = set()
 
     def ensure(self, spark: SparkSession) -> None:
-        from delta.tables import DeltaTable
         from pyspark.sql.types import StructType
 
         settings = self._settings
-        for lay in settings.layouts:
-            for name, ddl in typed_tables(lay):
-                path = table_path(settings, name)
-                if path in self._created:
-                    continue
-                props = typed_properties(settings, name)
-                builder = (DeltaTable.createIfNotExists(spark).location(path)
-                           .addColumns(StructType.fromDDL(ddl)))
-                for key, value in props.items():
-                    builder = builder.property(key, value)
-                if settings.stream.catalog_schema:
-                    builder = builder.tableName(f"{settings.stream.catalog_schema}.{name}")
-                builder.execute()
-                # a table made by an older version or conf: its properties brought up to date
-                set_properties(spark, path, props)
-                self._created.add(path)
+        wanted = {name: ddl for lay in settings.layouts for name, ddl in typed_tables(lay)
+                  if table_path(settings, name) not in self._created}
+
+        def ensure(name: str) -> None:
+            props = typed_properties(settings, name)
+            path = create_if_missing(spark, settings, name, StructType.fromDDL(wanted[name]),
+                                     props)
+            # a table made by an older version or conf: its properties brought up to date
+            set_properties(spark, path, props)
+
+        for_each_table(wanted, ensure)
+        self._created.update(table_path(settings, name) for name in wanted)
