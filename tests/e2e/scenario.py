@@ -156,7 +156,7 @@ class Scenario:
         try:
             await_idle(query, timeout_s=timeout_s, quiet_batches=2,
                        until=lambda: self.sim.streamed.is_set() and (
-                           not settle_gaps or gaps_settled(spark, self.settings)))
+                           not settle_gaps or gaps_settled(self.settings)))
         finally:
             self.sim.stop()
             stop_between_batches(query)

@@ -52,7 +52,7 @@ def run_until_settled(scenario: Scenario, spark, timeout_s: float = 420.0) -> No
     try:
         await_idle(query, timeout_s=timeout_s, quiet_batches=2,
                    until=lambda: scenario.sim.streamed.is_set()
-                   and gaps_settled(spark, scenario.settings) and inst_settled(scenario))
+                   and gaps_settled(scenario.settings) and inst_settled(scenario))
     finally:
         scenario.sim.stop()
         stop_between_batches(query)

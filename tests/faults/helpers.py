@@ -377,10 +377,6 @@ def latest_gaps(settings: Settings, kind: str | None = "tsnr") -> list[dict[str,
     return list(best.values())
 
 
-def gaps_settled(settings: Settings) -> bool:
-    return all(g["state"] not in ("open", "requested") for g in latest_gaps(settings, None))
-
-
 # -- the check every fault test ends with ------------------------------------------------------
 
 def _dupes(keys: list[tuple]) -> list[tuple]:

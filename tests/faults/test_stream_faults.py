@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from devtools.demo import gaps_settled
 from devtools.sim import FaultPlan, Replicator
 from devtools.sim.live import LiveReplicator
 from devtools.sim.sinks import KafkaSink
@@ -24,7 +25,6 @@ from tests.e2e.scenario import Scenario
 from tests.faults.helpers import (
     assert_exactly_once,
     fault_settings,
-    gaps_settled,
     latest_gaps,
     read_table,
     read_topic,

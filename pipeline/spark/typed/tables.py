@@ -21,6 +21,8 @@ from pipeline.spark.land.tables import (
     CHANGE_FEED,
     SCHEMAS,
     SENT_TABLE,
+    create_if_missing,
+    for_each_table,
     lifetime_properties,
     properties_of,
     set_properties,
@@ -178,24 +180,22 @@ class TypedTableSet:
         self._created: set[str] = set()
 
     def ensure(self, spark: SparkSession) -> None:
-        from delta.tables import DeltaTable
         from pyspark.sql.types import StructType
 
         settings = self._settings
-        for lay in settings.layouts:
-            kinds = table_kinds(lay)
-            for name, ddl in typed_tables(lay):
-                path = table_path(settings, name)
-                if path in self._created:
-                    continue
-                schema, noted = comments.created(lay, kinds[name], StructType.fromDDL(ddl))
-                props = {**typed_properties(settings, name), **noted}
-                builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
-                for key, value in props.items():
-                    builder = builder.property(key, value)
-                builder.execute()
-                # a table made by an older version or conf: comments and properties current
-                have = properties_of(spark, path)
-                comments.ensure_table(spark, lay, kinds[name], path, schema, have)
-                set_properties(spark, path, props, have)
-                self._created.add(path)
+        wanted = {name: (lay, ddl) for lay in settings.layouts for name, ddl in typed_tables(lay)
+                  if table_path(settings, name) not in self._created}
+
+        def ensure(name: str) -> None:
+            lay, ddl = wanted[name]
+            kind = table_kinds(lay)[name]
+            schema, noted = comments.created(lay, kind, StructType.fromDDL(ddl))
+            props = {**typed_properties(settings, name), **noted}
+            path = create_if_missing(spark, settings, name, schema, props)
+            # a table made by an older version or conf: comments and properties current
+            have = properties_of(spark, path)
+            comments.ensure_table(spark, lay, kind, path, schema, have)
+            set_properties(spark, path, props, have)
+
+        for_each_table(wanted, ensure)
+        self._created.update(table_path(settings, name) for name in wanted)
