@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 CONF ?= conf/local.yaml
 
-.PHONY: help setup jars demo cluster-demo test test-unit faults lint bench scaling soak lake-soak broker-start broker-stop clean
+.PHONY: help setup jars demo cluster-demo test test-unit faults lint bench scaling soak lake-soak broker-start broker-stop catalog-stop clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -72,6 +72,10 @@ broker-start: setup  ## start the local KRaft broker and create the topics from 
 broker-stop:  ## stop the local broker by its PID
 	@$(PY) -m devtools.broker stop --conf-file $(CONF)
 
-clean:  ## remove generated data (lake, checkpoints, broker data); keeps venv and jars
+catalog-stop:  ## stop the embedded catalog's metastore server (Derby, catalog.local) by its PID
+	@$(PY) -m pipeline.spark.engine.metastore stop --conf-file $(CONF)
+
+clean:  ## remove generated data (lake, catalog, checkpoints, broker data); keeps venv and jars
 	@$(PY) -m devtools.broker stop --conf-file $(CONF) || true
-	rm -rf .lake .run .kafka .bench
+	@$(PY) -m pipeline.spark.engine.metastore stop --conf-file $(CONF) || true
+	rm -rf .lake .lake-catalog .run .kafka .bench

@@ -43,6 +43,8 @@ spark-submit --master "$MASTER" --deploy-mode client --driver-memory 1g \\
   --conf spark.executor.memory=1g --conf spark.executor.cores=1 \\
   --conf spark.pyspark.python="$PWD/.venv/bin/python" \\
   --jars "$(python -m pipeline.spark.engine.jars --conf-file "$CONF")" \\
+  --driver-class-path "$(python -m pipeline.spark.engine.jars --conf-file "$CONF" \\
+                         --driver-class-path)" \\
   --py-files dist/pipeline.zip \\
   jobs/stream.py --conf-file "$CONF"
 """

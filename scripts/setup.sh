@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up on a fresh machine: Python venv with the pinned packages, and the JVM jars
-# (Spark Kafka connector + Delta, hadoop-aws + the AWS SDK for s3a:// lakes, and the Kafka broker)
+# (Spark Kafka connector + Delta, hadoop-aws + the AWS SDK for s3a:// lakes, the Kafka broker,
+# and Derby's network server and client for the embedded catalog)
 # resolved by Maven from jvm/*/pom.xml; and the routing scan's compiled library
 # (pipeline/urb/native), where rustc is installed.
 # Each step is skipped when its stamp is newer than its manifest. Usage: scripts/setup.sh [--tools]
@@ -61,6 +62,8 @@ resolve spark spark
 # s3a:// needs and the object-store test finds them; Spark gets them only for an s3a:// lake.
 resolve s3 s3
 resolve kafka kafka
+# ~1 MB: Derby's network server and client, the embedded catalog's metastore (catalog.local)
+resolve catalog catalog
 
 if [ "${1:-}" = "--tools" ] && ! command -v docker-compose >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

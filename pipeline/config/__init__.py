@@ -12,9 +12,9 @@ file when no path is given.
 
 One module per concern, every name re-exported here (``from pipeline.config import …``):
 ``base`` (the frozen model, intervals, sizes), ``kafka``, ``source`` (topics, replicator,
-subscriptions), ``stream`` (gaps, initial state, stream), ``operations`` (maintenance, spark,
-object store, alertmanager), ``layouts``, ``settings`` (all sections as one) and ``loading``
-(YAML, environment overrides, one-line errors).
+subscriptions), ``stream`` (gaps, initial state, watermark, stream), ``operations``
+(maintenance, spark, object store, catalog, alertmanager), ``layouts``, ``settings`` (all
+sections as one) and ``loading`` (YAML, environment overrides, one-line errors).
 """
 
 from pipeline.config.base import DNAM, ENV_PREFIX, INTERVAL, Model, interval_ms, parse_size
@@ -25,9 +25,12 @@ from pipeline.config.operations import (
     DEFAULT_RUNBOOK_URL,
     OBJECT_STORE_SCHEMES,
     Alertmanager,
+    Catalog,
+    LocalMetastore,
     Maintenance,
     ObjectStore,
     SparkSettings,
+    SqlServer,
     endpoint_url,
 )
 from pipeline.config.settings import Settings, bind_layouts
@@ -40,7 +43,7 @@ from pipeline.config.source import (
     check_files_once,
     file_keys,
 )
-from pipeline.config.stream import Gaps, InitialState, Stream
+from pipeline.config.stream import Gaps, InitialState, Stream, Watermark
 from pipeline.config_error import ConfigError
 
 __all__ = [
@@ -53,21 +56,25 @@ __all__ = [
     "OBJECT_STORE_SCHEMES",
     "TYPED_KEY_COLUMNS",
     "Alertmanager",
+    "Catalog",
     "ConfigError",
     "Gaps",
     "InitialState",
     "Kafka",
     "Layout",
+    "LocalMetastore",
     "Maintenance",
     "Model",
     "ObjectStore",
     "Replicator",
     "Settings",
     "SparkSettings",
+    "SqlServer",
     "Stream",
     "Subscription",
     "SubscriptionFile",
     "Topics",
+    "Watermark",
     "bind_layouts",
     "check_files_once",
     "endpoint_url",

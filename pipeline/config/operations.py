@@ -1,4 +1,5 @@
-"""Running the lake: ``maintenance``, ``spark``, ``object_store`` and ``alertmanager``."""
+"""Running the lake: ``maintenance``, ``spark``, ``object_store``, ``catalog`` and
+``alertmanager``."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import re
 from typing import Literal
 
 from pydantic import (
+    ConfigDict,
     Field,
     field_validator,
 )
@@ -150,6 +152,57 @@ def endpoint_url(value: str) -> str:
                          "is part of the s3a:// location")
     host = f"[{url.hostname}]" if ":" in url.hostname else url.hostname
     return f"{url.scheme}://{host}" + (f":{port}" if port else "")
+
+
+_SCHEMA_NAME = re.compile(r"^[a-z][a-z0-9_]{0,127}$")
+
+
+class LocalMetastore(Model):
+    """The embedded setup's metastore database (``catalog.metastore: local``): Apache Derby
+    run as a network server on 127.0.0.1 (``pipeline/spark/engine/metastore.py``), so the job,
+    an analyst's notebook and the SQL endpoint (each its own JVM) share one catalog; Derby
+    embedded admits one JVM at a time. ``dir`` None: beside the lake (``<lake_dir>-catalog``;
+    ``.run/catalog`` for a lake on an object store)."""
+
+    port: int = Field(1527, ge=1024, le=65535)
+    dir: str | None = None
+    heap: str = "256m"
+    jars_dir: str = ".jars/catalog"
+
+
+class SqlServer(Model):
+    """Spark's Thrift JDBC/ODBC server on the catalog (``urbpipe catalog serve``): where BI
+    tools (Tableau, Power BI, DBeaver, beeline) connect, HiveServer2's binary protocol."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(10000, ge=1024, le=65535)
+
+
+class Catalog(Model):
+    """Where analysts find the tables by name: a Hive metastore through Spark's Hive support.
+
+    ``enabled``: the job creates ``schema`` and registers every table it writes there as an
+    external Delta table at its path, with the trustworthy-snapshot views
+    (``pipeline/spark/land/catalog.py``). ``metastore``: ``local`` — the project's own Derby
+    network server (``local``); ``spark`` — whatever ``spark.conf`` (or a ``hive-site.xml``
+    on the class path) names: an external Hive metastore (``spark.hadoop.hive.metastore.uris``)
+    or AWS Glue (``spark.hadoop.hive.metastore.client.factory.class`` and its client jar)."""
+
+    # ``schema`` in conf; ``schema_name`` in Python (pydantic's BaseModel has a ``schema``)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # off unless a conf asks: conf/local.yaml (the embedded setup) and the cluster example do
+    enabled: bool = False
+    schema_name: str = Field("urbpipe", alias="schema")
+    metastore: Literal["local", "spark"] = "local"
+    local: LocalMetastore = LocalMetastore()
+    sql_server: SqlServer = SqlServer()
+
+    @field_validator("schema_name")
+    @classmethod
+    def _schema(cls, value: str) -> str:
+        if not _SCHEMA_NAME.match(value):
+            raise ValueError("must be a lower-case identifier (letters, digits, _)")
+        return value
 
 
 #: Where monitoring/prometheus/urbpipe-rules.yml and the alerts the job posts send an on-call

@@ -20,6 +20,7 @@ from pipeline.config.layouts import Layout, typed_table_suffix
 from pipeline.config.operations import (
     OBJECT_STORE_SCHEMES,
     Alertmanager,
+    Catalog,
     Maintenance,
     ObjectStore,
     SparkSettings,
@@ -90,6 +91,7 @@ class Settings(Model):
     devtools: dict[str, Any] = Field(default_factory=dict)
     object_store: ObjectStore = ObjectStore()
     maintenance: Maintenance = Maintenance()
+    catalog: Catalog = Catalog()
     alertmanager: Alertmanager = Alertmanager()
     base_dir: str = "."
 

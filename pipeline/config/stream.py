@@ -1,4 +1,4 @@
-"""How the job runs: ``gaps``, ``initial_state`` and ``stream``."""
+"""How the job runs: ``gaps``, ``initial_state``, ``watermark`` and ``stream``."""
 
 from __future__ import annotations
 
@@ -56,11 +56,20 @@ class InitialState(Model):
     refused_retry_ms: int = Field(60_000, ge=1_000)
 
 
+class Watermark(Model):
+    """The consistency watermark (``pipeline/spark/land/watermark_rule.py``): how late, at
+    most, a cluster's nucleus hands a commit to the replicator compared with a transaction of
+    the same database committed after it. The watermark of a database is the newest commit
+    time of its whole prefix less this: 0 is exact for a plain nucleus (numbered in commit
+    order); the default covers a cluster (URBTNUCI) whose nuclei lag up to a second."""
+
+    nucleus_lag_ms: int = Field(1_000, ge=0, le=3_600_000)
+
+
 class Stream(Model):
     """The streaming job: Kafka source options, trigger, lake and checkpoint locations."""
 
     lake_dir: str = ".lake"
-    catalog_schema: str | None = None
     checkpoint_dir: str = ".run/checkpoints/stream"
     trigger_interval: str = "5 seconds"
     starting_offsets: str = "earliest"
@@ -124,6 +133,7 @@ class Stream(Model):
     freshness_objective_seconds: float = Field(900.0, gt=0)
     gaps: Gaps = Gaps()
     initial_state: InitialState = InitialState()
+    watermark: Watermark = Watermark()
 
     @field_validator("prometheus_address")
     @classmethod

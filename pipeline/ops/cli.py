@@ -22,6 +22,7 @@ from typing import Any
 from pipeline import errors
 from pipeline.config import ConfigError, Settings, load_settings
 from pipeline.errors import BrokerUnreachable, OpsError, UsageError
+from pipeline.ops import catalog_cmd
 
 INTERNAL_ERROR = 4
 CLOSED_PIPE = 141  # standard output closed by its reader (`| head`): 128 + SIGPIPE
@@ -422,8 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="urbpipe",
         description="Operate the Event Replicator → Kafka → Spark → Delta pipeline: status, "
                     "requests to the replicator, gaps, initial-state requests, quarantine, "
-                    "files, lake maintenance, message dumps. When something pages: "
-                    "docs/runbook.md.",
+                    "files, lake maintenance, the catalog, message dumps. When something "
+                    "pages: docs/runbook.md.",
         epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _conf_option(parser, top=True)
     subs = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -561,6 +562,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true",
                    help="print what would be done to which table, start no Spark, change "
                         "nothing")
+
+    catalog_cmd.add_parsers(subs, _sub, _group)
 
     p = _sub(subs, "dump", "decode captured messages (python -m pipeline.urb dump)",
              "Print messages like the replicator documentation does; exit 1 when some do not "

@@ -118,10 +118,12 @@ class _Builder:
             if self.group != key:
                 self.flush()
                 self.group = key
-            self.members.append(FieldSpec(name, column, fmt, length, scale))
+            self.members.append(FieldSpec(name, column, fmt, length, scale,
+                                          long_name=self.long_names.get(name, "")))
             return
         self.flush()
-        self.items.append(FieldSpec(name, column, fmt, length, scale, **occ))
+        self.items.append(FieldSpec(name, column, fmt, length, scale, **occ,
+                                    long_name=self.long_names.get(name, "")))
 
 
 def layout_from_gfft(urbf: Any, columns: Mapping[str, str] | None = None) -> RecordLayout:

@@ -58,6 +58,9 @@ class FieldSpec:
     occurrences: int | None = None
     count_field: str | None = None
     prefix: int = 1
+    #: the GFFT's long name (URBGFNAM) of a field from the stream ("" from a format buffer):
+    #: described in the typed column's comment, never part of a layout's identity
+    long_name: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -236,10 +239,17 @@ def _item_size(item: Item) -> int:
 
 def _item_to_dict(item: Item) -> dict[str, Any]:
     kind = type(item).__name__
-    data = asdict(item)
+    data = _without_empty_long_name(asdict(item))
     if isinstance(item, GroupSpec):
-        data["members"] = [asdict(m) for m in item.members]
+        data["members"] = [_without_empty_long_name(asdict(m)) for m in item.members]
     return {"kind": kind, **data}
+
+
+def _without_empty_long_name(data: dict[str, Any]) -> dict[str, Any]:
+    """A field with no long name keeps the form layouts had before long names were kept."""
+    if data.get("long_name") == "":
+        del data["long_name"]
+    return data
 
 
 def _item_from_dict(data: dict[str, Any]) -> Item:

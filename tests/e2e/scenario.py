@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,21 +31,26 @@ TEST_CONF = ROOT / "conf" / "test.yaml"
 
 def scenario_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | None = None,
                       gaps: dict[str, Any] | None = None,
-                      layouts: bool = False,
+                      layouts: bool | Collection[int] = False,
                       stream: dict[str, Any] | None = None,
                       kafka: dict[str, Any] | None = None,
                       make_topics: Callable[[Settings], Any] | None = None,
+                      catalog: dict[str, Any] | None = None,
                       ) -> tuple[Settings, Path]:
     """Settings (and their YAML file, for a spark-submit'ed job) with fresh topics.
 
     The typed tables (conf ``layouts``) cost several Spark jobs per batch, so only scenarios
-    that test them keep the layouts of conf/test.yaml. ``kafka``: the job's connection keys
+    that test them keep the layouts of conf/test.yaml (``True``: all; file numbers: those
+    files' only). ``kafka``: the job's connection keys
     instead of the test broker's (a secured broker's client settings); ``make_topics``: who
-    creates the fresh topics (default: the job's own settings, on the test broker).
+    creates the fresh topics (default: the job's own settings, on the test broker);
+    ``catalog``: keys of the ``catalog`` section over conf/test.yaml's (off there).
     """
     raw = yaml.safe_load(TEST_CONF.read_text())
     if not layouts:
         raw.pop("layouts", None)
+    elif layouts is not True:
+        raw["layouts"] = [lay for lay in raw["layouts"] if lay["fnr"] in layouts]
     prefix = f"e2e.{name}.{uuid.uuid4().hex[:6]}"
     raw["topics"] = {"outputs": {f"{prefix}.out1": "OUT1"}, "replies": f"{prefix}.replies",
                      "requests": f"{prefix}.requests", "alerts": f"{prefix}.alerts",
@@ -60,6 +65,7 @@ def scenario_settings(tmp_path: Path, name: str, *, subscriptions: list[dict] | 
     raw["spark"]["jars_dir"] = str(ROOT / ".jars" / "spark")
     if subscriptions is not None:
         raw["subscriptions"] = subscriptions
+    raw["catalog"].update(catalog or {})
     path = tmp_path / "conf.yaml"
     path.write_text(yaml.safe_dump(raw))
     settings = load_settings(path, env={})
@@ -81,22 +87,25 @@ class Scenario:
     def build(cls, tmp_path: Path, name: str, *, transactions: int, seed: int,
               faults: dict[str, int] | None = None, max_message_size: int = 4096,
               subscriptions: list[dict] | None = None,
-              gaps: dict[str, Any] | None = None, layouts: bool = False,
+              gaps: dict[str, Any] | None = None, layouts: bool | Collection[int] = False,
               stream: dict[str, Any] | None = None, gfft: tuple[int, ...] = (),
               sim: dict[str, Any] | None = None,
               edit: Callable[[Replicator, list[Delivery]], list[Delivery]] | None = None,
               kafka: dict[str, Any] | None = None,
               make_topics: Callable[[Settings], Any] | None = None,
               sim_kafka: dict[str, Any] | None = None,
+              catalog: dict[str, Any] | None = None,
               ) -> Scenario:
         """``gfft``: files whose GFFT the simulator sends after STRT (``--gfft``); ``sim``:
         more simulator settings; ``edit``: what the transport does to the generated stream
         (lose messages, hold some back …) before the job reads it. ``kafka``/``make_topics``:
         see ``scenario_settings``; ``sim_kafka``: the simulator's own connection keys (on a
-        secured broker the replicator is another principal than the job)."""
+        secured broker the replicator is another principal than the job); ``catalog``: see
+        ``scenario_settings``."""
         settings, path = scenario_settings(tmp_path, name, subscriptions=subscriptions,
                                            gaps=gaps, layouts=layouts, stream=stream,
-                                           kafka=kafka, make_topics=make_topics)
+                                           kafka=kafka, make_topics=make_topics,
+                                           catalog=catalog)
         config = from_settings(settings).model_copy(
             update={"max_message_size": max_message_size, "c5_rate": 0.0,
                     "gfft_files": gfft, **(sim or {})})

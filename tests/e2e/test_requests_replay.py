@@ -10,6 +10,8 @@ from collections import Counter
 from pathlib import Path
 
 from pipeline.spark.land.batch_writer import LandedBatch, PhaseClock, batch_writer, count_tables
+from pipeline.spark.land.catalog import ensure_schema
+from pipeline.spark.land.dictionary import column_doc
 from pipeline.spark.land.kafka_out import RequestsAndAlerts
 from pipeline.spark.land.ledger import CommitLedger
 from pipeline.spark.land.tables import OUTPUT_DDL, SENT_TABLE, table_path
@@ -68,6 +70,10 @@ def _keys_on(settings, topic: str, expect: int, timeout_s: float = 20.0) -> Coun
 def test_a_replayed_batch_sends_each_request_and_alert_once(spark, kafka_bootstrap: str,
                                                            tmp_path: Path) -> None:
     settings, _ = scenario_settings(tmp_path, "replay")
+    # with a catalog (issue 38): kafka_sent, made by the first send, is named at once
+    settings = settings.model_copy(update={"catalog": settings.catalog.model_copy(
+        update={"enabled": True, "schema_name": "replay_test"})})
+    ensure_schema(spark, settings)
     write = batch_writer(settings, APP, [RequestsAndAlerts(settings)])
     frame = _batch_frame(spark)
     write(frame, 0)   # the batch: sent, then recorded in kafka_sent
@@ -77,6 +83,11 @@ def test_a_replayed_batch_sends_each_request_and_alert_once(spark, kafka_bootstr
     alerts = _keys_on(settings, settings.topics.alerts, expect=1, timeout_s=5)
     assert alerts == {"alert:gap:COLOR-1-5": 1}
     path = table_path(settings, SENT_TABLE)
+    named = spark.table(f"replay_test.{SENT_TABLE}")
+    assert named.count() == 4, "named in the catalog"
+    assert {f.name: f.metadata.get("comment") for f in named.schema.fields} == {
+        f.name: column_doc(SENT_TABLE, f.name).comment() for f in named.schema.fields}, (
+        "its columns' comments came with its first append")
     sent = spark.read.format("delta").load(path).collect()
     assert sorted((r.idempotency_key, r.kind, r.batch_id, r.app_id) for r in sent) == sorted(
         [("COLOR/OUT1/1/5/1", "TRAN", 0, APP), ("COLOR/OUT1/1/6/1", "TRAN", 0, APP),

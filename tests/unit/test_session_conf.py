@@ -143,3 +143,22 @@ def test_conf_java_options_reach_the_driver_and_keep_derby_s_home(tmp_path: Path
     (tmp_path / "plain.yaml").write_text("spark:\n  conf: {}\n")
     plain = session_conf(load_settings(tmp_path / "plain.yaml", env={}), jars=False)
     assert plain["spark.driver.extraJavaOptions"].split() == options[1:]
+
+
+def test_the_catalog_gives_hive_support_and_the_embedded_metastore(local_settings) -> None:
+    """conf/local.yaml (the embedded setup): Hive support on the Derby server beside the lake,
+    its client driver on the driver's own class path; a conf without the catalog: neither."""
+    conf = session_conf(local_settings)
+    assert conf["spark.sql.catalogImplementation"] == "hive"
+    url = conf["spark.hadoop.javax.jdo.option.ConnectionURL"]
+    assert url == f"jdbc:derby://127.0.0.1:1527/{ROOT}/.lake-catalog/metastore_db;create=true"
+    assert conf["spark.driver.extraClassPath"].endswith(".jar")
+    assert "derbyclient" in conf["spark.driver.extraClassPath"]
+    off = load_settings(ROOT / "conf" / "test.yaml", env={})
+    assert not {"spark.sql.catalogImplementation", "spark.driver.extraClassPath"} & set(
+        session_conf(off))
+    external = local_settings.model_copy(update={"catalog": local_settings.catalog.model_copy(
+        update={"metastore": "spark"})})
+    conf = session_conf(external)
+    assert conf["spark.sql.catalogImplementation"] == "hive"
+    assert "spark.hadoop.javax.jdo.option.ConnectionURL" not in conf, "spark.conf names it"

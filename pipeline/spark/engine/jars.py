@@ -7,6 +7,10 @@ library, Netty …) ship with pyspark already, in other versions. Passing both p
 of one class on the class path, so jars whose artifact pyspark already has are left out.
 
     python -m pipeline.spark.engine.jars [--conf-file F]   # prints the comma-separated list
+    python -m pipeline.spark.engine.jars --driver-class-path [--conf-file F]
+
+The second prints what spark-submit's ``--driver-class-path`` needs for the conf (Derby's client
+driver for the embedded catalog, ``pipeline.spark.engine.metastore``; empty without one).
 """
 
 from __future__ import annotations
@@ -71,10 +75,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.spark.engine.jars",
                                      description="Print the spark.jars list (comma-separated).")
     parser.add_argument("--conf-file", default=None)
+    parser.add_argument("--driver-class-path", action="store_true",
+                        help="print the driver's class path (colon-separated) instead")
     args = parser.parse_args(argv)
     try:
         settings = load_settings(args.conf_file)
-        print(",".join(settings_jars(settings)))
+        if args.driver_class_path:
+            from pipeline.spark.engine.metastore import driver_class_path
+
+            print(":".join(driver_class_path(settings)))
+        else:
+            print(",".join(settings_jars(settings)))
     except (ConfigError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -36,6 +36,8 @@ from pipeline.spark.land.report import (
     LatencyCallback,
 )
 from pipeline.spark.land.tables import ensure_tables
+from pipeline.spark.land.watermark import Watermarks
+from pipeline.spark.typed.catalog import publish
 from pipeline.spark.typed.lifecycle import LifecycleEvents
 from pipeline.spark.typed.reconcile import reconcile_tables
 from pipeline.spark.typed.stage import TypedTables
@@ -195,7 +197,8 @@ def landing_steps(settings: Settings, on_batch: BatchCallback | None = None,
                   on_keys: KeysCallback | None = None) -> list[LandingStep]:
     """The batch writer's steps, in order: raw tables; with conf layouts the typed tables, and
     the lifecycle events after them; requests and alerts (its producer connects now); the
-    batch's metrics. The typed steps share one record of the typed tables made so far and
+    consistency watermark (after every Delta commit of the batch); the batch's metrics. The
+    typed steps share one record of the typed tables made so far and
     the layouts that decode each file's next images (worked out once per batch). With
     ``maintenance.every_minutes`` the job's compaction runs before the report, and the file
     watch (``maintenance.watch_minutes``) after it."""
@@ -203,7 +206,8 @@ def landing_steps(settings: Settings, on_batch: BatchCallback | None = None,
     typed, layouts = TypedTableSet(settings), NextLayouts()
     if settings.layouts:
         steps.append(TypedTables(settings, typed, layouts))
-    steps += [LifecycleEvents(settings, typed, layouts), RequestsAndAlerts(settings)]
+    steps += [LifecycleEvents(settings, typed, layouts), RequestsAndAlerts(settings),
+              Watermarks(settings)]  # after every commit of the batch: never ahead of them
     if settings.maintenance.every_minutes is not None:
         steps.append(InJobMaintenance(settings, select_tables(settings)))
     if settings.maintenance.watch_minutes and settings.maintenance.alert_files:
@@ -223,6 +227,8 @@ def start_stream(spark: SparkSession, settings: Settings, *,
     ``on_batch(batch_id, table_counts, seconds)`` is called after every batch's writes."""
     ensure_tables(spark, settings)
     reconcile_tables(spark, settings)  # typed tables follow the conf layouts (LayoutConflict)
+    for line in publish(spark, settings):  # the catalog names every table (catalog.enabled)
+        log.info("catalog: %s", line)
     checkpoint = settings.location(settings.stream.checkpoint_dir)
     app_id = checkpoint_app_id(spark, checkpoint)
     lanes = checkpoint_lanes(spark, settings, checkpoint)

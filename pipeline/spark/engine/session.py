@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pipeline import objectstore
 from pipeline.config import ConfigError, Settings
+from pipeline.spark.engine import metastore
 from pipeline.spark.engine.jars import settings_jars
 from pipeline.spark.engine.launcher import Launch, SessionConf, merge, read_launch
 
@@ -35,6 +36,8 @@ _DRIVER_CLASSES = {"org.apache.spark.sql.kafka010.KafkaSourceProvider": "the Kaf
 REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|jaas|keystore[.]key"
 #: The driver JVM's options: conf's (``spark.conf``) first, then the Derby home the product sets.
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+#: The driver JVM's own class path: conf's first, then the catalog's JDBC driver.
+CLASS_PATH = "spark.driver.extraClassPath"
 
 
 def session_conf(settings: Settings, *, jars: bool = True) -> dict[str, str]:
@@ -74,8 +77,15 @@ def session_conf(settings: Settings, *, jars: bool = True) -> dict[str, str]:
         conf["spark.jars"] = ",".join(settings_jars(settings))
     # an s3a:// lake or checkpoint: the S3A connector pointed at object_store (else nothing)
     conf.update(objectstore.spark_conf(settings))
+    # the catalog: Hive support, and the embedded metastore's database (else nothing)
+    conf.update(metastore.catalog_conf(settings))
     java = " ".join(filter(None, (s.conf.get(JAVA_OPTIONS), conf[JAVA_OPTIONS])))
     conf.update({**s.conf, JAVA_OPTIONS: java})  # conf's JVM options, and Derby's home too
+    if jars:  # under spark-submit the class path is --driver-class-path's (jars module)
+        path = ":".join(filter(None, (s.conf.get(CLASS_PATH),
+                                      *metastore.driver_class_path(settings))))
+        if path:
+            conf[CLASS_PATH] = path
     return conf
 
 
@@ -101,6 +111,7 @@ def build_session(settings: Settings) -> SparkSession:
     resolved = resolve_conf(settings, launch)
     if launch.driver_running:
         _require_driver_classes(settings)
+    metastore.ensure(settings)  # the embedded catalog's server, if this conf has one
     builder = SparkSession.builder
     for key, value in resolved.conf.items():
         builder = builder.config(key, value)
@@ -127,6 +138,22 @@ def _require_driver_classes(settings: Settings) -> None:
         raise ConfigError(
             f"spark-submit started the driver without {' and '.join(missing)}: pass "
             "--jars \"$(python -m pipeline.spark.engine.jars --conf-file <conf>)\"")
+    if metastore.driver_class_path(settings) and not _on_system_class_path(
+            jvm, metastore.CLIENT_DRIVER):
+        raise ConfigError(
+            "spark-submit started the driver without the catalog's JDBC driver (Derby's "
+            "client, catalog.metastore: local): pass --driver-class-path \"$(python -m "
+            "pipeline.spark.engine.jars --driver-class-path --conf-file <conf>)\"")
+
+
+def _on_system_class_path(jvm: Any, cls: str) -> bool:
+    """Can the driver JVM's application class loader load ``cls``? The Hive client loads
+    its JDBC driver there; ``--jars`` reach only Spark's own loader above it."""
+    try:
+        jvm.java.lang.Class.forName(cls, False, jvm.java.lang.ClassLoader.getSystemClassLoader())
+    except Exception:
+        return False
+    return True
 
 
 def _log_session(spark: SparkSession, resolved: SessionConf, settings: Settings) -> None:

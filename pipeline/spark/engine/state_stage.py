@@ -44,11 +44,13 @@ from pipeline.spark.engine.decode_stage import ERROR_EYE, WARNING_EYE, RecordDec
 from pipeline.spark.engine.gcpause import gc_paused
 from pipeline.spark.land.datafiles import DataFiles, task_batch_id
 from pipeline.spark.land.tables import BLOB_COLUMN, OUTPUT_DDL, STATS_TABLE
+from pipeline.spark.land.watermark_rule import call_newest, prefix_newest
 from pipeline.urb import UrbFormatError
 
 __all__ = ["OUTPUT_DDL", "STATE_DDL", "STATS_TABLE", "EarlyFiles",
-           "batch_output", "key_output", "key_stats", "key_step", "landed_times",
-           "split_frames", "split_records", "split_rows", "state_function", "to_output"]
+           "batch_output", "key_output", "key_stats", "key_step", "landed_newest",
+           "landed_times", "split_frames", "split_records", "split_rows", "state_function",
+           "to_output"]
 STATE_DDL = "state binary"
 
 
@@ -172,29 +174,49 @@ def landed_times(landed: Columns | None) -> list[tuple[int | None, ...]]:
                       for name in ("commit_time", "processed_time", "sent_time")), strict=True))
 
 
+def landed_newest(landed: Columns | None, into: dict[int, int]) -> None:
+    """The fast path's landed transactions' newest commit time per database, added to
+    ``into``: the fast path lands only with no gap open, so they are all the prefix's
+    (``watermark_rule``)."""
+    if landed is not None:
+        fast = landed["transactions"]
+        prefix_newest(into, pylist(fast["dbid"]), pylist(fast["commit_time"]),
+                      pylist(fast["initial_state"]))
+
+
 def key_stats(key: tuple[str, str], frames: list[pd.DataFrame], state: KeyState | None,
               events: list[Any] = (), tod_offset_us: int = 0,
               landed: Columns | None = None,
               early: Sequence[Sequence[int | None]] = (),
-              early_files: Mapping[str, int] | None = None) -> dict[str, Any]:
-    """The metrics row of one call: input bytes (each record once), the key's open gaps, and
+              early_files: Mapping[str, int] | None = None,
+              early_newest: dict[int, int] | None = None) -> dict[str, Any]:
+    """The metrics row of one call: input bytes (each record once), the key's open gaps,
     each landed transaction's commit/processed/sent times (Unix µs) for the latency legs, so
     the sink needs no extra Spark job to read them back (``early``: those of the
     transactions flushed early, ``EarlyFiles.times``; ``landed``: the rest of the fast
-    path's, then the events'); and what ``key_gauges`` tells of the key's state and of the
-    newest commit it landed per file (``early_files``: those of the early flushes)."""
+    path's, then the events'); what ``key_gauges`` tells of the key's state and of the
+    newest commit it landed per file (``early_files``: those of the early flushes); and
+    ``newest``: the newest commit time per watermark bucket and database
+    (``watermark_rule.call_newest``; ``early_newest``: the flushed transactions',
+    ``EarlyFiles.newest``)."""
     early_files = early_files or {}
     nbytes = sum(int(f.loc[f["part"] == 0, "value"].map(len).sum()) for f in frames if len(f))
     times: list[Sequence[int | None]] = [*early, *landed_times(landed)]
+    done = [e for e in events if isinstance(e, TransactionComplete)]
     times += [(stck_to_unix_us(e.commit_time, tod_offset_us),
                stck_to_unix_us(e.processed_time, tod_offset_us),
-               stck_to_unix_us(e.sent_time, tod_offset_us))
-              for e in events if isinstance(e, TransactionComplete)]
+               stck_to_unix_us(e.sent_time, tod_offset_us)) for e in done]
     files = key_gauges.newest(early_files, key_gauges.file_commits(landed),
                               key_gauges.event_commits(events, tod_offset_us))
+    prefix = dict(early_newest or {})
+    landed_newest(landed, prefix)
+    gaps = [(g.epoch, g.from_u, g.gap_id) for g in state.gaps] if state is not None else []
+    newest = call_newest(prefix, [(e.epoch, e.tsnr, e.dbid, time[0]) for e, time
+                                  in zip(done, times[len(times) - len(done):], strict=True)
+                                  if not e.initial_state], gaps)
     return {"destination": key[-2], "subscription": key[-1], "bytes": nbytes,
             "open_gaps": len(state.gaps) if state is not None else 0, "times_us": times,
-            "file_commits_us": files, **key_gauges.state_gauges(state)}
+            "file_commits_us": files, **key_gauges.state_gauges(state), "newest": newest}
 
 
 def batch_output(events: list[Any], rejected: list[dict[str, Any]], now_ms: int,
@@ -244,10 +266,12 @@ class EarlyFiles:
         self._pool: ThreadPoolExecutor | None = None
         self.times: list[tuple[int | None, ...]] = []
         self.files: dict[str, int] = {}  # newest commit per file (key_gauges.file_commits)
+        self.newest: dict[int, int] = {}  # newest commit per database (the watermark's)
 
     def __call__(self, columns: Columns) -> None:
         self.times += landed_times(columns)
         self.files = key_gauges.newest(self.files, key_gauges.file_commits(columns))
+        landed_newest(columns, self.newest)
         batch_id = task_batch_id()  # the task's property, read on the task's own thread
         self._wait()
         if self._pool is None:
@@ -286,7 +310,8 @@ def key_output(key: tuple[str, str], frames: list[pd.DataFrame], done: CallResul
     result = done.result
     stats = key_stats(key, frames, result.state, result.events, config.tod_offset_us,
                       done.landed, early.times if early is not None else (),
-                      early.files if early is not None else None)
+                      early.files if early is not None else None,
+                      early.newest if early is not None else None)
     out = batch_output(events, done.rejected, now_ms, stats, files, config.tod_offset_us,
                        done.landed)
     if early is None or not early.frames:

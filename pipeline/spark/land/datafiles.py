@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -69,15 +69,16 @@ def writer_mode(settings: Settings) -> str:
     return "direct" if scheme in ("", "file") else "spark"
 
 
-def data_files(settings: Settings) -> DataFiles | None:
-    """The task-side writer for this conf, or None when Spark appends every table."""
+def data_files(settings: Settings, tables: Sequence[str] = DIRECT_TABLES) -> DataFiles | None:
+    """The task-side writer for this conf (of ``tables``: the bulk tables by default), or
+    None when Spark appends every table."""
     if writer_mode(settings) != "direct":
         return None
     store = None
     if is_object_store(settings.location(settings.stream.lake_dir)):
         store = access(settings)  # endpoint/region resolved once, on the driver
     return DataFiles(
-        paths={t: table_path(settings, t) for t in DIRECT_TABLES},
+        paths={t: table_path(settings, t) for t in tables},
         stats_columns=settings.stream.delta_stats_columns,
         # the typed step reads the batch's transactions, records and images from these
         # files (pipeline.spark.typed.direct): no mirrors of them
@@ -118,15 +119,23 @@ class DataFiles:
                 out[table] = columns_to_rows(table, cols, keep)
         statuses = tables.get("status_events") or []
         if statuses:
-            schema = arrow_schema("status_events")
-            data = pa.Table.from_pylist(statuses, schema=schema.remove(
-                schema.get_field_index("batch_id")))
-            files.append(self._write("status_events", data.columns, batch_id))
+            files.append(self.write_rows("status_events", statuses, batch_id))
             mirrors = [r for r in statuses if r.get("st") in self.mirror_statuses]
             if mirrors:
                 out["status_events"] = mirrors
         out[FILES_TABLE] = files
         return out
+
+    def write_rows(self, table: str, rows: list[dict[str, Any]], batch_id: int
+                   ) -> dict[str, Any]:
+        """One Parquet file of ``rows`` (dicts of the table's columns but ``batch_id``): for a
+        few rows the driver itself commits (``pipeline.spark.land.watermark``)."""
+        import pyarrow as pa
+
+        schema = arrow_schema(table)
+        data = pa.Table.from_pylist(rows, schema=schema.remove(
+            schema.get_field_index("batch_id")))
+        return self._write(table, data.columns, batch_id)
 
     def _write(self, table: str, arrays: list[Any], batch_id: int) -> dict[str, Any]:
         """One Parquet file of ``arrays`` (the table's columns but ``batch_id``, in order)."""

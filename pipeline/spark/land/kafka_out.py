@@ -24,7 +24,10 @@ from pipeline.config import Settings
 from pipeline.errors import KafkaRefused
 from pipeline.kafka_refusal import ClientErrors
 from pipeline.reassembly.outbound import RequestForm, request_messages
+from pipeline.spark.land import catalog
 from pipeline.spark.land.batch_writer import LandedBatch
+from pipeline.spark.land.comments import commented
+from pipeline.spark.land.dictionary import comments
 from pipeline.spark.land.tables import SENT_DDL, SENT_TABLE, table_path
 from pipeline.spark.land.writes import write_once
 
@@ -152,6 +155,9 @@ class RequestsAndAlerts:
         self._settings = settings
         self._out = KafkaOut(settings)
         self._out.connect()
+        # kafka_sent is made by the first send, after the start named every table: named
+        # in the catalog at this run's first write (``catalog.register`` keeps a known name)
+        self._named = not settings.catalog.enabled
 
     def land(self, batch: LandedBatch) -> dict[str, int]:
         requests = batch.collect("requests") if batch.counts.get("requests") else []
@@ -171,6 +177,10 @@ class RequestsAndAlerts:
         if done:
             write_once(_sent_frame(batch, done), path, f"{batch.app_id}-{SENT_TABLE}",
                        batch.batch_id, batch.ledger)
+            if not self._named:
+                log.info("catalog: %s: %s", SENT_TABLE,
+                         catalog.register(batch.session, self._settings, SENT_TABLE))
+                self._named = True
         return {"kafka_sent": len(done)}
 
 
@@ -190,10 +200,17 @@ def sent_keys(batch: LandedBatch, path: str) -> frozenset[str]:
     return frozenset(r["idempotency_key"] for r in rows)
 
 
-def _sent_frame(batch: LandedBatch, rows: list[dict[str, Any]]) -> Any:
+def sent_schema() -> Any:
+    """``kafka_sent``'s schema with its columns' comments (the table is made by its first
+    append, so the comments come with the schema)."""
     from pyspark.sql.types import StructType
 
     schema = StructType.fromDDL(f"{SENT_DDL}, batch_id bigint")
+    return commented(schema, comments(SENT_TABLE, schema.fieldNames()))
+
+
+def _sent_frame(batch: LandedBatch, rows: list[dict[str, Any]]) -> Any:
+    schema = sent_schema()
     data = [tuple({**r, "app_id": batch.app_id, "batch_id": batch.batch_id}[f.name]
                   for f in schema.fields) for r in rows]
     return batch.session.createDataFrame(data, schema)

@@ -4,21 +4,23 @@
 so a gap's current state is its row with the greatest (batch_id, seq).
 
 Column names follow ``pipeline.reassembly.tables`` (the rows the state machine emits); each
-table here adds ``batch_id`` (the streaming batch that landed the row) for lineage. All tables
-live under one lake location (``stream.lake_dir``/<table>), optionally also registered in a
-catalog schema (``stream.catalog_schema``).
+table here adds ``batch_id`` (the streaming batch that landed the row) for lineage; every
+column carries its comment (``pipeline.spark.land.dictionary``). All tables live under one lake
+location (``stream.lake_dir``/<table>); the catalog names them (``pipeline.spark.land.catalog``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from typing import TYPE_CHECKING
 
 from pipeline.config import Settings
 from pipeline.objectstore import is_object_store
+from pipeline.spark.land.comments import commented, ensure_comments, marker, sql_text
+from pipeline.spark.land.dictionary import comments
 from pipeline.typed.widening import TablePlan, alter_target, table_plan, widen_steps
 
 if TYPE_CHECKING:
@@ -99,6 +101,12 @@ SCHEMAS: dict[str, str] = {
         "dbid int, fnr int, status string, stale_kinds string, reason string, since timestamp, "
         "file_name string, version bigint, truncated_before timestamp, event_id string, "
         "st string, action string, run_id string, updated_at timestamp, seq int"),
+    # The consistency watermark per (destination, subscription, dbid), after each batch whose
+    # commits moved it (pipeline/spark/land/watermark.py): its latest row by computed_at.
+    "watermarks": (
+        "subscription string, destination string, dbid int, watermark timestamp, "
+        "newest_commit timestamp, nucleus_lag_ms int, held_by string, open_gaps int, "
+        "gap_ids array<string>, gap_newest array<timestamp>, computed_at timestamp"),
 }
 #: What the job sent to Kafka, one row per message (a request message, an alert), written
 #: right after the producer's flush and tagged with the batch (``kafka_out.RequestsAndAlerts``):
@@ -227,32 +235,36 @@ def table_properties(settings: Settings, table: str) -> dict[str, str]:
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
-    """Create every table (empty, with its schema and properties) so analysts can query before
-    data lands; bring tables made by an older version or conf up to date."""
+    """Create every table (empty, with its schema, column comments and properties) so analysts
+    can query before data lands; bring tables made by an older version or conf up to date."""
+    for_each_table(SCHEMAS, lambda table: ensure_table(spark, settings, table))
+
+
+def ensure_table(spark: SparkSession, settings: Settings, table: str) -> None:
+    """One of the job's own tables (``SCHEMAS``) as ``ensure_tables`` makes or updates it."""
     from pyspark.sql.types import StructType
 
-    def ensure(table: str) -> None:
-        props = table_properties(settings, table)
-        schema = StructType.fromDDL(f"{SCHEMAS[table]}, batch_id bigint")
-        path = create_if_missing(spark, settings, table, schema, props)
-        add_missing_columns(spark, path, schema)
-        set_properties(spark, path, props)
-
-    for_each_table(SCHEMAS, ensure)
+    schema = StructType.fromDDL(f"{SCHEMAS[table]}, batch_id bigint")
+    notes = comments(table, schema.fieldNames())
+    props = {**table_properties(settings, table), **marker(notes)}
+    schema = commented(schema, notes)
+    path = create_if_missing(spark, settings, table, schema, props)
+    add_missing_columns(spark, path, schema)
+    have = properties_of(spark, path)
+    ensure_comments(spark, path, notes, have)  # a table made before comments existed
+    set_properties(spark, path, props, have)
 
 
 def create_if_missing(spark: SparkSession, settings: Settings, table: str, schema: StructType,
-                      props: dict[str, str]) -> str:
-    """Create the table empty at its path (and name, with a catalog schema) unless it exists;
-    its path."""
+                      props: Mapping[str, str]) -> str:
+    """Create the table empty at its path unless it exists (the catalog names it after:
+    ``pipeline.spark.land.catalog``); its path."""
     from delta.tables import DeltaTable
 
     path = table_path(settings, table)
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
     for key, value in props.items():
         builder = builder.property(key, value)
-    if settings.stream.catalog_schema:
-        builder = builder.tableName(f"{settings.stream.catalog_schema}.{table}")
     builder.execute()
     return path
 
@@ -265,9 +277,11 @@ def for_each_table(tables: Iterable[str], ensure: Callable[[str], None]) -> None
             pass
 
 
-def set_properties(spark: SparkSession, path: str, props: dict[str, str]) -> None:
-    """Set the properties that differ (one commit, none when all match)."""
-    have = properties_of(spark, path)
+def set_properties(spark: SparkSession, path: str, props: dict[str, str],
+                   have: Mapping[str, str] | None = None) -> None:
+    """Set the properties that differ (one commit, none when all match); ``have``: the
+    table's properties if the caller just read them."""
+    have = properties_of(spark, path) if have is None else have
     changed = {k: v for k, v in props.items() if have.get(k) != v}
     if changed:
         pairs = ", ".join(f"'{k}' = '{v}'" for k, v in sorted(changed.items()))
@@ -291,7 +305,9 @@ def add_missing_columns(spark: SparkSession, path: str, schema: StructType) -> N
     have = set(DeltaTable.forPath(spark, path).toDF().columns)
     missing = [f for f in schema.fields if f.name not in have]
     if missing:
-        cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+        cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}"
+                         + (f" COMMENT {sql_text(f.metadata['comment'])}"
+                            if "comment" in f.metadata else "") for f in missing)
         spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({cols})")
 
 

@@ -43,6 +43,7 @@ from pipeline.config import Layout, Settings
 from pipeline.payload import FieldSpec, GroupSpec, RecordLayout
 from pipeline.spark.land.tables import apply_plan, schema_types, table_path
 from pipeline.spark.land.writes import append_rows
+from pipeline.spark.typed import comments
 from pipeline.spark.typed.file_status import (
     EPOCH,
     Outcome,
@@ -137,6 +138,7 @@ def _apply(spark: SparkSession, settings: Settings, lay: Layout, table: str, pla
     append_rows(spark, [row], "schema_events", settings, f"{START_RUN}-{table}", None,
                 txn_version=version)
     apply_plan(spark, path, plan)  # the plan reconcile_tables made: no second read
+    comments.conf_columns_changed(spark, settings, lay, table)
     return [f"{table}.{c}" for c in plan.describe()]
 
 

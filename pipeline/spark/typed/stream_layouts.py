@@ -34,6 +34,7 @@ from pipeline.spark.land.tables import (
     table_frame,
     table_path,
 )
+from pipeline.spark.typed import comments
 from pipeline.typed.decoding import DecodeSpec, VersionedSpec
 from pipeline.typed.layouts import (
     ColumnPlan,
@@ -152,6 +153,10 @@ def prepare_file(spark: SparkSession, settings: Settings, lay: Layout, fv: FileV
     plan = plan_columns(fv.layouts, have, TYPED_KEY_COLUMNS)
     conform_tables(spark, settings, tables, {c: plan.columns[c]
                                              for c in (*plan.added, *plan.widened)})
+    if plan.added or plan.widened or fv.new:  # the columns say which field they hold
+        comments.layouts_changed(spark, settings, tables, [
+            *filter(None, [fv.layouts.conf]),
+            *(v for v in fv.layouts.versions if v.key not in plan.refused)])
     spec = VersionedSpec(fv.layouts, plan.columns, refused=plan.refused,
                          tod_offset_us=settings.replicator.tod_offset_us, **form)
     return spec, version_events(lay, fv, plan, tables[1], settings.replicator.tod_offset_us)

@@ -24,9 +24,11 @@ from pipeline.spark.land.tables import (
     create_if_missing,
     for_each_table,
     lifetime_properties,
+    properties_of,
     set_properties,
     table_path,
 )
+from pipeline.spark.typed import comments
 from pipeline.typed.decoding import DecodeSpec
 
 if TYPE_CHECKING:
@@ -98,6 +100,12 @@ def current_ddl(lay: Layout, values: str | None = None) -> str:
 def history_ddl(lay: Layout, values: str | None = None) -> str:
     return ", ".join(["isn bigint", *_values(lay, values), INTERVAL_DDL, CURRENT_META_DDL,
                       "batch_id bigint"])
+
+
+def table_kinds(lay: Layout) -> dict[str, str]:
+    """Each of a layout's table names → its kind (changes, current, tombstones, history)."""
+    return {changes_table(lay): "changes", current_table(lay): "current",
+            tombstones_table(lay): "tombstones", history_table(lay): "history"}
 
 
 def typed_tables(lay: Layout) -> list[tuple[str, str]]:
@@ -175,15 +183,19 @@ class TypedTableSet:
         from pyspark.sql.types import StructType
 
         settings = self._settings
-        wanted = {name: ddl for lay in settings.layouts for name, ddl in typed_tables(lay)
+        wanted = {name: (lay, ddl) for lay in settings.layouts for name, ddl in typed_tables(lay)
                   if table_path(settings, name) not in self._created}
 
         def ensure(name: str) -> None:
-            props = typed_properties(settings, name)
-            path = create_if_missing(spark, settings, name, StructType.fromDDL(wanted[name]),
-                                     props)
-            # a table made by an older version or conf: its properties brought up to date
-            set_properties(spark, path, props)
+            lay, ddl = wanted[name]
+            kind = table_kinds(lay)[name]
+            schema, noted = comments.created(lay, kind, StructType.fromDDL(ddl))
+            props = {**typed_properties(settings, name), **noted}
+            path = create_if_missing(spark, settings, name, schema, props)
+            # a table made by an older version or conf: comments and properties current
+            have = properties_of(spark, path)
+            comments.ensure_table(spark, lay, kind, path, schema, have)
+            set_properties(spark, path, props, have)
 
         for_each_table(wanted, ensure)
         self._created.update(table_path(settings, name) for name in wanted)

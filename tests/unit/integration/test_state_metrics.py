@@ -31,7 +31,8 @@ def test_stats_count_each_record_once_and_the_keys_open_gaps() -> None:
     assert stats == {"destination": "OUT1", "subscription": "COLOR", "bytes": 15,
                      "open_gaps": 1, "times_us": [], "file_commits_us": {},
                      "gap_states": {"open": 1}, "oldest_gap_ms": 0,
-                     "outstanding": {"TRAN": 0, "INST": 0}, "storm": 0, "idle": 0}
+                     "outstanding": {"TRAN": 0, "INST": 0}, "storm": 0, "idle": 0,
+                     "newest": []}
     assert key_stats(("OUT1", "COLOR"), [], None)["open_gaps"] == 0
 
 
