@@ -84,9 +84,10 @@ def reconcile_tables(spark: SparkSession, settings: Settings) -> list[str]:
     the ``layout`` stale kind of files whose layouts now read their changed fields. What
     changed, as ``table.column …`` strings. Raises LayoutConflict before altering anything
     when a format buffer reads a column with a type its table cannot take in place."""
+    from delta.tables import DeltaTable
+
     if not settings.layouts:
         return []
-    TypedTableSet(settings).ensure(spark)
     plans: list[tuple[Layout, str, TablePlan]] = []
     for lay in settings.layouts:
         layout = lay.conf_layout()
@@ -95,7 +96,10 @@ def reconcile_tables(spark: SparkSession, settings: Settings) -> list[str]:
         wanted = column_types(layout)
         # the current table last: a start that dies half-way still sees it behind
         for table in sorted(value_tables(lay), key=lambda t: t.startswith("current_")):
-            plan = table_plan(schema_types(spark, table_path(settings, table)), wanted)
+            path = table_path(settings, table)
+            if not DeltaTable.isDeltaTable(spark, path):
+                continue  # made below as the layout reads it: nothing to plan
+            plan = table_plan(schema_types(spark, path), wanted)
             if plan.conflicts:
                 column, (old, new) = next(iter(plan.conflicts.items()))
                 raise LayoutConflict(conflict_line(
@@ -103,6 +107,8 @@ def reconcile_tables(spark: SparkSession, settings: Settings) -> list[str]:
                     column, table, old, new))
             if plan.changes:
                 plans.append((lay, table, plan))
+    # after the checks: a refused start leaves the tables as they were (no comment commits)
+    TypedTableSet(settings).ensure(spark)
     now = datetime.now(UTC)
     changed: list[str] = []
     for lay, table, plan in plans:
