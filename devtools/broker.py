@@ -34,6 +34,7 @@ from devtools import broker_security as sec
 from devtools.config import rig
 from pipeline.config import ConfigError, Kafka, Settings, load_settings
 from pipeline.ops.topic_check import partition_counts, problem, source_partitions
+from pipeline.pidfile import running_pid
 
 JARS_DIR = ".jars/kafka"
 START_TIMEOUT_S = 90.0
@@ -52,13 +53,7 @@ def _pid_file(settings: Settings) -> Path:
 
 
 def _running_pid(settings: Settings) -> int | None:
-    """PID of our broker if its PID file names a live process, else None."""
-    try:
-        pid = int(_pid_file(settings).read_text().strip())
-        os.kill(pid, 0)
-    except (OSError, ValueError):
-        return None
-    return pid
+    return running_pid(_pid_file(settings))
 
 
 def _port_taken(port: int) -> bool:

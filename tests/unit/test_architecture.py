@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: A prefix names a package and everything in it, or one module.
 FLOORS: tuple[tuple[str, ...], ...] = (
     # words every floor uses: the URB codec, the payload codec, error types
-    ("pipeline", "pipeline.errors", "pipeline.config_error", "pipeline.urb", "pipeline.payload"),
+    ("pipeline", "pipeline.errors", "pipeline.config_error", "pipeline.urb", "pipeline.payload",
+     "pipeline.pidfile"),
     # the engine-free reassembly state machine
     ("pipeline.reassembly",),
     # settings (and the Kafka/object-store settings they carry)

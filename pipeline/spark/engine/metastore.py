@@ -31,6 +31,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from pipeline.config import ConfigError, Settings, load_settings
+from pipeline.pidfile import running_pid
 
 START_TIMEOUT_S = 60.0
 #: The Derby client driver's class (derbyclient): what the Hive client loads by name.
@@ -101,12 +102,7 @@ def _pid_file(settings: Settings) -> Path:
 
 
 def _running_pid(settings: Settings) -> int | None:
-    try:
-        pid = int(_pid_file(settings).read_text().strip())
-        os.kill(pid, 0)
-    except (OSError, ValueError):
-        return None
-    return pid
+    return running_pid(_pid_file(settings))
 
 
 def _answers(port: int) -> bool:
