@@ -21,6 +21,7 @@ from pipeline.config import Settings
 from pipeline.objectstore import is_object_store
 from pipeline.spark.land.comments import commented, ensure_comments, marker, sql_text
 from pipeline.spark.land.dictionary import comments
+from pipeline.spark.land.log_peek import look, properties_of
 from pipeline.typed.widening import TablePlan, alter_target, table_plan, widen_steps
 
 if TYPE_CHECKING:
@@ -248,11 +249,14 @@ def ensure_table(spark: SparkSession, settings: Settings, table: str) -> None:
     notes = comments(table, schema.fieldNames())
     props = {**table_properties(settings, table), **marker(notes)}
     schema = commented(schema, notes)
-    path = create_if_missing(spark, settings, table, schema, props)
-    add_missing_columns(spark, path, schema)
-    have = properties_of(spark, path)
-    ensure_comments(spark, path, notes, have)  # a table made before comments existed
-    set_properties(spark, path, props, have)
+    path = table_path(settings, table)
+    seen = look(spark, settings, path)
+    if seen is None:
+        create_if_missing(spark, settings, table, schema, props)
+        return
+    add_missing_columns(spark, path, schema, seen.schema.fieldNames())
+    ensure_comments(spark, path, notes, seen.properties)  # a table made before comments existed
+    set_properties(spark, path, props, seen.properties)
 
 
 def create_if_missing(spark: SparkSession, settings: Settings, table: str, schema: StructType,
@@ -288,21 +292,12 @@ def set_properties(spark: SparkSession, path: str, props: dict[str, str],
         spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({pairs})")
 
 
-def properties_of(spark: SparkSession, path: str) -> dict[str, str]:
-    """The table's properties as they are now."""
-    # SHOW TBLPROPERTIES reads the table's metadata only; DESCRIBE DETAIL would rebuild the
-    # table's state (file counts) for every table at every start.
-    return {r["key"]: r["value"]
-            for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()}
-
-
-def add_missing_columns(spark: SparkSession, path: str, schema: StructType) -> None:
+def add_missing_columns(spark: SparkSession, path: str, schema: StructType,
+                        have: Iterable[str]) -> None:
     """Additive schema upgrade of a table made by an older version (e.g. ``requests`` before
-    its INST columns): create-if-not-exists leaves an existing table as it is, and Delta
-    refuses appends with columns the table does not have."""
-    from delta.tables import DeltaTable
-
-    have = set(DeltaTable.forPath(spark, path).toDF().columns)
+    its INST columns; ``have``: its columns now): create-if-not-exists leaves an existing
+    table as it is, and Delta refuses appends with columns the table does not have."""
+    have = set(have)
     missing = [f for f in schema.fields if f.name not in have]
     if missing:
         cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}"

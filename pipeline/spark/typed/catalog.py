@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from pipeline.config import Layout, Settings
 from pipeline.spark.land import catalog
+from pipeline.spark.land.log_peek import look
 from pipeline.spark.land.tables import table_path
 from pipeline.spark.land.watermark import DB_VIEW, view_queries
 from pipeline.spark.land.watermark import TABLE as WATERMARKS
@@ -60,14 +61,12 @@ def current_view_query(settings: Settings, lay: Layout) -> tuple[str, str]:
 def publish(spark: SparkSession, settings: Settings) -> list[str]:
     """Register every table of the conf the lake has, then the views whose tables are
     registered. One line per name: what was done."""
-    from delta.tables import DeltaTable
-
     if not settings.catalog.enabled:
         return []
     catalog.ensure_schema(spark, settings)
     lines, named = [], set()
     for name in job_tables(settings):
-        if not DeltaTable.isDeltaTable(spark, table_path(settings, name)):
+        if look(spark, settings, table_path(settings, name)) is None:
             lines.append(f"{name}: not in the lake ({table_path(settings, name)})")
             continue
         lines.append(f"{name}: {catalog.register(spark, settings, name)}")

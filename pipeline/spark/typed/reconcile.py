@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Layout, Settings
 from pipeline.payload import FieldSpec, GroupSpec, RecordLayout
-from pipeline.spark.land.tables import apply_plan, schema_types, table_path
+from pipeline.spark.land.log_peek import look
+from pipeline.spark.land.tables import apply_plan, small_table, table_path
 from pipeline.spark.land.writes import append_rows
 from pipeline.spark.typed import comments
 from pipeline.spark.typed.file_status import (
@@ -84,8 +85,6 @@ def reconcile_tables(spark: SparkSession, settings: Settings) -> list[str]:
     the ``layout`` stale kind of files whose layouts now read their changed fields. What
     changed, as ``table.column …`` strings. Raises LayoutConflict before altering anything
     when a format buffer reads a column with a type its table cannot take in place."""
-    from delta.tables import DeltaTable
-
     if not settings.layouts:
         return []
     plans: list[tuple[Layout, str, TablePlan]] = []
@@ -96,10 +95,10 @@ def reconcile_tables(spark: SparkSession, settings: Settings) -> list[str]:
         wanted = column_types(layout)
         # the current table last: a start that dies half-way still sees it behind
         for table in sorted(value_tables(lay), key=lambda t: t.startswith("current_")):
-            path = table_path(settings, table)
-            if not DeltaTable.isDeltaTable(spark, path):
+            seen = look(spark, settings, table_path(settings, table))
+            if seen is None:
                 continue  # made below as the layout reads it: nothing to plan
-            plan = table_plan(schema_types(spark, path), wanted)
+            plan = table_plan(seen.types(), wanted)
             if plan.conflicts:
                 column, (old, new) = next(iter(plan.conflicts.items()))
                 raise LayoutConflict(conflict_line(
@@ -150,6 +149,9 @@ def _apply(spark: SparkSession, settings: Settings, lay: Layout, table: str, pla
 
 # ------------------------------------------------------------------------- layout stale kind
 def _clear_at_start(spark: SparkSession, settings: Settings, now: datetime) -> list[str]:
+    kinds = small_table(spark, settings, "file_status", ["stale_kinds"]).column(0)
+    if not any("layout" in (k or "") for k in kinds.to_pylist()):
+        return []  # no file was ever stale for its layout (a Spark query less at each start)
     previous = previous_status(spark, settings)
     if not any("layout" in s.stale_kinds for s in previous.values()):
         return []

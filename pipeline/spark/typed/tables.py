@@ -17,6 +17,7 @@ from pipeline.errors import UsageError
 from pipeline.objectstore import is_object_store
 from pipeline.payload import spark_ddl
 from pipeline.spark.land.datafiles import writer_mode
+from pipeline.spark.land.log_peek import look
 from pipeline.spark.land.tables import (
     CHANGE_FEED,
     SCHEMAS,
@@ -24,7 +25,6 @@ from pipeline.spark.land.tables import (
     create_if_missing,
     for_each_table,
     lifetime_properties,
-    properties_of,
     set_properties,
     table_path,
 )
@@ -191,11 +191,14 @@ class TypedTableSet:
             kind = table_kinds(lay)[name]
             schema, noted = comments.created(lay, kind, StructType.fromDDL(ddl))
             props = {**typed_properties(settings, name), **noted}
-            path = create_if_missing(spark, settings, name, schema, props)
+            path = table_path(settings, name)
+            seen = look(spark, settings, path)
+            if seen is None:
+                create_if_missing(spark, settings, name, schema, props)
+                return
             # a table made by an older version or conf: comments and properties current
-            have = properties_of(spark, path)
-            comments.ensure_table(spark, lay, kind, path, schema, have)
-            set_properties(spark, path, props, have)
+            comments.ensure_table(spark, lay, kind, path, schema, seen.properties)
+            set_properties(spark, path, props, seen.properties)
 
         for_each_table(wanted, ensure)
         self._created.update(table_path(settings, name) for name in wanted)

@@ -35,3 +35,33 @@ def test_tables_get_the_conf_properties_and_keep_them_current(spark, test_settin
     assert props(changed, "transactions")["delta.checkpointInterval"] == "20"
     log = Path(table_path(changed, "transactions")) / "_delta_log"
     assert len(list(log.glob("*.json"))) == 2  # the create, one ALTER
+
+
+def test_delta_rs_reads_every_table_as_spark_does(spark, tmp_path: Path) -> None:
+    """A start decides what to change from what delta-rs reads (``log_peek``): for every
+    table the job makes, raw and typed, the same columns, types, comments and properties as
+    Spark reads; a table that is not there is None to both."""
+    from pipeline.spark.land.log_peek import by_delta_rs, by_spark
+    from pipeline.spark.land.tables import SENT_TABLE, ensure_tables, table_path
+    from pipeline.spark.typed.tables import TypedTableSet, job_tables
+    from tests.e2e.scenario import scenario_settings
+
+    settings, _ = scenario_settings(tmp_path, "peek", layouts=True, make_topics=lambda s: None)
+    ensure_tables(spark, settings)
+    TypedTableSet(settings).ensure(spark)
+    tables = [t for t in job_tables(settings) if t != SENT_TABLE]  # made by the first send
+    assert any(t.startswith("current_") for t in tables), tables
+    for table in tables:
+        path = table_path(settings, table)
+        known, fast = by_delta_rs(settings, path)
+        slow = by_spark(spark, path)
+        assert known and fast is not None and slow is not None, table
+        assert fast.schema == slow.schema, table
+        assert all(c.metadata.get("comment") for c in fast.schema.fields), table
+        assert dict(fast.properties) == {k: v for k, v in slow.properties.items()
+                                         if k in fast.properties}, table
+        assert fast.has({k: v for k, v in slow.properties.items()
+                         if not k.startswith(("delta.minReader", "delta.minWriter",
+                                              "delta.feature."))}), table
+    missing = table_path(settings, "no_such_table")
+    assert by_delta_rs(settings, missing) == (True, None) and by_spark(spark, missing) is None
