@@ -32,19 +32,20 @@ def run_plan(spark: SparkSession, settings: Settings, plan: Plan, say: Say) -> l
     count = len(plan.tables)
     for index, table in enumerate(plan.tables, start=1):
         say(f"[{index}/{count}] {table}: …")
-        run = maintain_table(spark, table_path(settings, table), table, plan)
+        run = maintain_table(spark, settings, table, plan)
         runs.append(run)
         say(f"[{index}/{count}] {run.line()}")
     return runs
 
 
-def maintain_table(spark: SparkSession, path: str, table: str, plan: Plan) -> TableRun:
+def maintain_table(spark: SparkSession, settings: Settings, table: str, plan: Plan) -> TableRun:
     """Compact, vacuum and checkpoint one table; a conflict with a concurrent commit skips
     the rest of it (the next run tries again), any other error is reported the same way."""
+    path = table_path(settings, table)
     if not maintenance.is_table(spark, path):
         return TableRun(table, 0, 0, problem=MISSING)
     started = time.monotonic()
-    files, size = maintenance.table_files(spark, path)
+    files, size = maintenance.table_files(spark, settings, path)
     # A table the job's writes compact (auto compaction) is not compacted here too: were the
     # job's compaction to lose that race, its batch would fail (maintenance.auto_compacted).
     auto = maintenance.auto_compacted(spark, path)
@@ -58,6 +59,6 @@ def maintain_table(spark: SparkSession, path: str, table: str, plan: Plan) -> Ta
             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         return TableRun(table, files, size, seconds=time.monotonic() - started,
                         problem=reason)
-    after_files, after_size = maintenance.table_files(spark, path)
+    after_files, after_size = maintenance.table_files(spark, settings, path)
     return TableRun(table, files, size, after_files, after_size,
                     seconds=time.monotonic() - started, note=AUTO_COMPACTED if auto else None)

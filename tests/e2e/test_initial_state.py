@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
@@ -111,22 +112,28 @@ def test_the_inst_requests_completed_and_were_alerted(spark, converged: Scenario
     assert cmpl and {s.subscription for s in cmpl} == {"COLOR"}, "routed by the INST name"
 
 
-def test_a_requests_table_from_before_inst_requests_gains_the_columns(spark, tmp_path) -> None:
-    """Upgrading a lake: the job's start adds the INST columns to an existing ``requests``
-    table (Delta would refuse the append of a row that has them)."""
+def test_a_requests_table_from_before_inst_requests_gains_the_columns(spark, test_settings,
+                                                                     tmp_path) -> None:
+    """Upgrading a lake: the job's start (``ensure_table``, deciding from what delta-rs reads
+    of the log) adds the INST columns to an existing ``requests`` table (Delta would refuse
+    the append of a row that has them); a second start changes nothing."""
     from pyspark.sql.types import StructType
 
-    from pipeline.spark.land.tables import SCHEMAS, add_missing_columns
+    from pipeline.spark.land.tables import SCHEMAS, ensure_table
 
-    path = str(tmp_path / "requests")
+    stream = test_settings.stream.model_copy(update={"lake_dir": str(tmp_path / "lake")})
+    settings = test_settings.model_copy(update={"stream": stream})
+    path = table_path(settings, "requests")
     old = ("subscription string, destination string, epoch int, tsnr bigint, token string, "
            "reply_destination string, attempt int, gap_id string, requested_at timestamp, "
            "idempotency_key string, batch_id bigint")
     spark.createDataFrame([("COLOR", "OUT1", 1, 3) + (None,) * 7], old).write.format(
         "delta").save(path)
     schema = StructType.fromDDL(f"{SCHEMAS['requests']}, batch_id bigint")
-    add_missing_columns(spark, path, schema)
-    add_missing_columns(spark, path, schema)  # a second start changes nothing
+    ensure_table(spark, settings, "requests")
+    versions = len(list((Path(path) / "_delta_log").glob("*.json")))
+    ensure_table(spark, settings, "requests")  # a second start changes nothing
+    assert len(list((Path(path) / "_delta_log").glob("*.json"))) == versions
     row = spark.createDataFrame([("COLOR", "OUT1", 1, "INST", [5, 9])],
                                 "subscription string, destination string, epoch int, "
                                 "kind string, isns array<bigint>")

@@ -48,7 +48,7 @@ DIRECT = ("transactions", "records", "images")  # the direct writer's: maintain 
 #: what each maintain run takes on: the bulk tables (compacted), and gaps, which the job
 #: MERGEs every batch and Delta auto-compacts (vacuumed and checkpointed). All of the job's
 #: tables took 11 min on the shared 2-core machine; these show the same races.
-TABLES = (*DIRECT, "status_events", "gaps")
+TABLES = (*DIRECT, "gaps")
 
 
 def _mid_batch(ck: Path) -> bool:

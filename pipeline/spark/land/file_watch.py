@@ -116,7 +116,7 @@ class FileWatch:
         spark = batch.session
         paths = {t: table_path(self._settings, t) for t in self._tables}
         present = {t: p for t, p in paths.items() if is_table(spark, p)}
-        return ({t: table_files(spark, p)[0] for t, p in present.items()},
+        return ({t: table_files(spark, self._settings, p)[0] for t, p in present.items()},
                 {t: log_commits(spark, p) for t, p in present.items()})
 
     def _raise(self, batch: LandedBatch, alerts: list[dict[str, Any]]) -> None:

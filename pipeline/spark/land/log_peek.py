@@ -71,6 +71,24 @@ def by_delta_rs(settings: Settings, path: str) -> tuple[bool, TableLook | None]:
         return False, None
 
 
+def file_count(settings: Settings, path: str) -> tuple[int, int] | None:
+    """(data files, bytes) of the table's newest version as delta-rs reads its log (the add
+    actions, no data file opened); None when delta-rs cannot read it."""
+    from deltalake import DeltaTable
+
+    options = _storage_options(settings, path)
+    if options is None:
+        return None
+    try:
+        adds = DeltaTable(delta_uri(path), storage_options=options or None).get_add_actions(
+            flatten=True)
+        sizes = adds.column("size_bytes").to_pylist() if adds.num_rows else []
+        return len(sizes), sum(sizes)
+    except Exception as exc:  # any reason at all: Spark answers instead
+        log.debug("delta-rs cannot read %s (%s): Spark reads it", path, exc)
+        return None
+
+
 def _storage_options(settings: Settings, path: str) -> dict[str, str] | None:
     """delta-rs's options for ``path``: none for a file system, the conf's store with the
     environment's keys for an object store; None when the keys are not in this process."""

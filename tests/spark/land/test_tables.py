@@ -65,3 +65,26 @@ def test_delta_rs_reads_every_table_as_spark_does(spark, tmp_path: Path) -> None
                                               "delta.feature."))}), table
     missing = table_path(settings, "no_such_table")
     assert by_delta_rs(settings, missing) == (True, None) and by_spark(spark, missing) is None
+
+
+def test_delta_rs_counts_a_tables_files_as_spark_does(spark, test_settings,
+                                                      tmp_path: Path) -> None:
+    """``urbpipe maintain``'s and the file watch's counts (``file_count``, delta-rs) are
+    DESCRIBE DETAIL's, also after a compaction removed files from the newest version."""
+    from delta.tables import DeltaTable
+
+    from pipeline.spark.land.log_peek import file_count
+
+    path = str(tmp_path / "counted")
+    for n in (3, 5, 7):
+        spark.range(n).repartition(2).write.format("delta").mode("append").save(path)
+
+    def spark_count() -> tuple[int, int]:
+        d = DeltaTable.forPath(spark, path).detail().first()
+        return int(d["numFiles"]), int(d["sizeInBytes"])
+
+    before = file_count(test_settings, path)
+    assert before == spark_count() and before[0] >= 4, before
+    DeltaTable.forPath(spark, path).optimize().executeCompaction()
+    assert file_count(test_settings, path) == spark_count() == (1, spark_count()[1])
+    assert file_count(test_settings, str(tmp_path / "none")) is None

@@ -159,7 +159,7 @@ class _Tables:
         name = lambda path: path.rsplit("/", 1)[-1]  # noqa: E731
         monkeypatch.setattr(maintenance, "is_table", lambda _s, p: name(p) in self.files)
         monkeypatch.setattr(maintenance, "table_files",
-                            lambda _s, p: (self.files[name(p)], self.files[name(p)] * 1000))
+                            lambda _s, _c, p: (self.files[name(p)], self.files[name(p)] * 1000))
         monkeypatch.setattr(maintenance, "auto_compacted", lambda _s, p: name(p) == self.auto)
         monkeypatch.setattr(maintenance, "compact", lambda _s, p, _b: self._compact(name(p)))
         monkeypatch.setattr(maintenance, "vacuum",
