@@ -72,6 +72,7 @@ def _conf(folder: Path) -> Path:
 
     raw = yaml.safe_load((ROOT / "conf" / "test.yaml").read_text())
     raw["stream"].update(lake_dir=str(folder / "lake"), checkpoint_dir=str(folder / "ck"))
+    raw["spark"]["jars_dir"] = str(ROOT / ".jars" / "spark")  # conf paths: from the file
     conf = folder / "conf.yaml"
     conf.write_text(yaml.safe_dump(raw))
     return conf
@@ -79,7 +80,9 @@ def _conf(folder: Path) -> Path:
 
 def _run(conf: Path) -> dict[str, float]:
     out = subprocess.run([sys.executable, __file__, "--one", str(conf)], cwd=ROOT,
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"a start failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
