@@ -6,7 +6,8 @@
 Reads the replicator output topics named in the conf, reassembles transactions per
 (destination, subscription), requests prior transactions for gaps, and lands every table in
 Delta exactly once (see README.md). Runs until stopped (SIGTERM/SIGINT stop it cleanly at a
-batch boundary; a kill -9 is also safe: the next start resumes from the checkpoint).
+batch boundary, letting a running batch finish for up to a minute; a kill -9 is also safe:
+the next start resumes from the checkpoint).
 Exit codes: 0 stopped cleanly, 1 the query failed, 2 invalid configuration (also a layout its
 typed tables cannot take, or a source topic with more than one partition, found at start),
 3 Kafka out of reach at start, 5 Kafka refused the job at start (authentication failed, TLS
@@ -25,6 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
 from pipeline.config import ConfigError, load_settings
+from pipeline.spark.engine.drain import stop_between_batches
+
+#: how long SIGTERM/SIGINT let a running batch finish before stopping it anyway
+STOP_WAIT_S = 60.0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -102,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while not query.awaitTermination(1):
             if stopping.is_set():
-                query.stop()
+                # a running batch is left to finish (up to STOP_WAIT_S, then interrupted and
+                # replayed at the next start): stop() inside a batch broke its py4j calls and
+                # filled the log with their stack traces on every SIGTERM
+                stop_between_batches(query, timeout_s=STOP_WAIT_S)
                 break
     except Exception as exc:  # StreamingQueryException: the job failed, say why in one line
         logging.getLogger("urbpipe").error("query failed: %s", str(exc).splitlines()[0])
