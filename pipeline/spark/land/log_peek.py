@@ -23,6 +23,7 @@ from pipeline.config import Settings
 from pipeline.objectstore import ENV_CREDENTIALS, access, delta_uri, is_object_store
 
 if TYPE_CHECKING:
+    from deltalake import DeltaTable
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
@@ -40,10 +41,6 @@ class TableLook:
         """Column → type as Spark's ``simpleString`` writes it."""
         return {f.name: f.dataType.simpleString() for f in self.schema.fields}
 
-    def has(self, properties: Mapping[str, str]) -> bool:
-        """Every one of ``properties`` is set to its value already."""
-        return all(self.properties.get(k) == v for k, v in properties.items())
-
 
 def look(spark: SparkSession, settings: Settings, path: str) -> TableLook | None:
     """The Delta table at ``path``; None when there is none."""
@@ -53,8 +50,34 @@ def look(spark: SparkSession, settings: Settings, path: str) -> TableLook | None
 
 def by_delta_rs(settings: Settings, path: str) -> tuple[bool, TableLook | None]:
     """(True, the table or None) as delta-rs reads it; (False, None) when it cannot tell."""
-    from deltalake import DeltaTable
     from pyspark.sql.types import StructType
+
+    known, table = _open(settings, path)
+    if table is None:
+        return known, None
+    try:
+        schema = StructType.fromJson(json.loads(table.schema().to_json()))
+    except Exception as exc:  # a type Spark's Python does not know: Spark answers instead
+        log.debug("delta-rs cannot read %s (%s): Spark reads it", path, exc)
+        return False, None
+    return True, TableLook(schema, dict(table.metadata().configuration))
+
+
+def file_count(settings: Settings, path: str) -> tuple[int, int] | None:
+    """(data files, bytes) of the table's newest version as delta-rs reads its log (the add
+    actions, no data file opened); None when delta-rs cannot read it."""
+    _, table = _open(settings, path)
+    if table is None:
+        return None
+    adds = table.get_add_actions(flatten=True)
+    sizes = adds.column("size_bytes").to_pylist() if adds.num_rows else []
+    return len(sizes), sum(sizes)
+
+
+def _open(settings: Settings, path: str) -> tuple[bool, DeltaTable | None]:
+    """(True, the table or None when there is none) as delta-rs opens it; (False, None)
+    when it cannot (a table feature it does not know, no credentials, …)."""
+    from deltalake import DeltaTable
 
     options = _storage_options(settings, path)
     if options is None:
@@ -63,30 +86,10 @@ def by_delta_rs(settings: Settings, path: str) -> tuple[bool, TableLook | None]:
     try:
         if not DeltaTable.is_deltatable(uri, storage_options=options or None):
             return True, None
-        table = DeltaTable(uri, storage_options=options or None)
-        schema = StructType.fromJson(json.loads(table.schema().to_json()))
-        return True, TableLook(schema, dict(table.metadata().configuration))
+        return True, DeltaTable(uri, storage_options=options or None)
     except Exception as exc:  # any reason at all: Spark answers instead
         log.debug("delta-rs cannot read %s (%s): Spark reads it", path, exc)
         return False, None
-
-
-def file_count(settings: Settings, path: str) -> tuple[int, int] | None:
-    """(data files, bytes) of the table's newest version as delta-rs reads its log (the add
-    actions, no data file opened); None when delta-rs cannot read it."""
-    from deltalake import DeltaTable
-
-    options = _storage_options(settings, path)
-    if options is None:
-        return None
-    try:
-        adds = DeltaTable(delta_uri(path), storage_options=options or None).get_add_actions(
-            flatten=True)
-        sizes = adds.column("size_bytes").to_pylist() if adds.num_rows else []
-        return len(sizes), sum(sizes)
-    except Exception as exc:  # any reason at all: Spark answers instead
-        log.debug("delta-rs cannot read %s (%s): Spark reads it", path, exc)
-        return None
 
 
 def _storage_options(settings: Settings, path: str) -> dict[str, str] | None:
