@@ -23,6 +23,7 @@ from devtools.sim import Delivery, FaultPlan, Replicator
 from devtools.sim.config import from_settings
 from devtools.sim.live import LiveReplicator
 from pipeline.config import Kafka, Settings, load_settings
+from tests.support.job_run import running_job
 from tests.support.truth import Sent, generate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,20 +147,17 @@ class Scenario:
     def run(self, spark: Any, *, timeout_s: float = 420.0, settle_gaps: bool = True) -> None:
         """Start the job, send the stream, answer requests, wait until all is landed."""
         from devtools.demo import gaps_settled
-        from pipeline.ops.metrics import job_metrics
-        from pipeline.spark.engine.drain import await_idle, stop_between_batches
-        from pipeline.spark.engine.query import start_stream
+        from pipeline.spark.engine.drain import await_idle
 
         assert self.sim is not None
-        query = start_stream(spark, self.settings, trigger_interval="1 second", observe=job_metrics)
-        self.sim.start()
-        try:
-            await_idle(query, timeout_s=timeout_s, quiet_batches=2,
-                       until=lambda: self.sim.streamed.is_set() and (
-                           not settle_gaps or gaps_settled(self.settings)))
-        finally:
-            self.sim.stop()
-            stop_between_batches(query)
+        with running_job(spark, self.settings) as query:
+            self.sim.start()
+            try:
+                await_idle(query, timeout_s=timeout_s, quiet_batches=2,
+                           until=lambda: self.sim.streamed.is_set() and (
+                               not settle_gaps or gaps_settled(self.settings)))
+            finally:
+                self.sim.stop()
         assert self.sim.error is None, self.sim.error
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from pipeline.spark.land.tables import table_path
 from tests.e2e.scenario import Scenario
+from tests.support.job_run import running_job
 
 COLOR = {"name": "COLOR", "destinations": ["OUT1"], "files": [4], "ebcdic": True,
          "initial_state": "ICOLOR"}
@@ -43,20 +44,17 @@ def inst_settled(scenario: Scenario) -> bool:
 def run_until_settled(scenario: Scenario, spark, timeout_s: float = 420.0) -> None:
     """Scenario.run, waiting also for the INST requests' replies (they follow the resends)."""
     from devtools.demo import gaps_settled
-    from pipeline.ops.metrics import job_metrics
-    from pipeline.spark.engine.drain import await_idle, stop_between_batches
-    from pipeline.spark.engine.query import start_stream
+    from pipeline.spark.engine.drain import await_idle
 
     assert scenario.sim is not None
-    query = start_stream(spark, scenario.settings, trigger_interval="1 second", observe=job_metrics)
-    scenario.sim.start()
-    try:
-        await_idle(query, timeout_s=timeout_s, quiet_batches=2,
-                   until=lambda: scenario.sim.streamed.is_set()
-                   and gaps_settled(scenario.settings) and inst_settled(scenario))
-    finally:
-        scenario.sim.stop()
-        stop_between_batches(query)
+    with running_job(spark, scenario.settings) as query:
+        scenario.sim.start()
+        try:
+            await_idle(query, timeout_s=timeout_s, quiet_batches=2,
+                       until=lambda: scenario.sim.streamed.is_set()
+                       and gaps_settled(scenario.settings) and inst_settled(scenario))
+        finally:
+            scenario.sim.stop()
     assert scenario.sim.error is None, scenario.sim.error
 
 

@@ -26,6 +26,7 @@ from devtools.sim.model import ResendBufferDef
 from devtools.sim.sinks import KafkaSink
 from pipeline.urb import decode_message
 from tests.e2e.scenario import ROOT, Scenario, scenario_settings
+from tests.support.job_run import running_job
 
 COLOR = {"name": "COLOR", "destinations": ["OUT1"], "files": [4], "ebcdic": True}
 EMPLOYEE = {"name": "EMPLOYEE", "destinations": ["OUT1"], "files": [11], "ebcdic": False}
@@ -171,9 +172,7 @@ def test_a_transaction_arriving_after_its_gap_was_settled_lands_late(
         spark, kafka_bootstrap: str, tmp_path: Path) -> None:
     """No resend buffer: TRAN answers 131/34 and the gap is settled. The original message,
     held back by the transport, arrives later: it never landed, so it lands (filled_late)."""
-    from pipeline.ops.metrics import job_metrics
-    from pipeline.spark.engine.drain import await_idle, stop_between_batches
-    from pipeline.spark.engine.query import start_stream
+    from pipeline.spark.engine.drain import await_idle
 
     held: list[Delivery] = []
 
@@ -184,20 +183,19 @@ def test_a_transaction_arriving_after_its_gap_was_settled_lands_late(
     color = {**COLOR, "resend_buffer": False}
     scenario = Scenario.build(tmp_path, f"late{uuid.uuid4().hex[:4]}", transactions=40,
                               seed=3, subscriptions=[color], edit=hold_back)
-    query = start_stream(spark, scenario.settings, trigger_interval="1 second", observe=job_metrics)
     assert scenario.sim is not None
-    scenario.sim.start()
-    try:
-        await_idle(query, timeout_s=240, quiet_batches=2, until=lambda: any(
-            g["state"] == "unrecoverable" for g in scenario.latest_gaps(spark)))
-        sink = KafkaSink(scenario.settings.kafka.bootstrap_servers)
-        sink.send(held)
-        sink.close()
-        await_idle(query, timeout_s=240, quiet_batches=2, until=lambda: any(
-            g["state"] == "filled_late" for g in scenario.latest_gaps(spark)))
-    finally:
-        scenario.sim.stop()
-        stop_between_batches(query)
+    with running_job(spark, scenario.settings) as query:
+        scenario.sim.start()
+        try:
+            await_idle(query, timeout_s=240, quiet_batches=2, until=lambda: any(
+                g["state"] == "unrecoverable" for g in scenario.latest_gaps(spark)))
+            sink = KafkaSink(scenario.settings.kafka.bootstrap_servers)
+            sink.send(held)
+            sink.close()
+            await_idle(query, timeout_s=240, quiet_batches=2, until=lambda: any(
+                g["state"] == "filled_late" for g in scenario.latest_gaps(spark)))
+        finally:
+            scenario.sim.stop()
     # The held message carries tsnr 10 and the small transactions packed with it: each lands
     # once, live, as a late fill of the one settled gap (one filled_late row per tsnr; the last
     # one says no tsnr of the gap is still lost).

@@ -29,6 +29,7 @@ import pytest
 from devtools.sim.model import DatabaseDef
 from pipeline.config import Layout
 from tests.e2e.scenario import Scenario
+from tests.support.job_run import running_job
 
 A, B = 10006, 10007
 COLOR = {"name": "COLOR", "destinations": ["OUT1"], "ebcdic": True, "initial_state": "ICOLOR",
@@ -68,9 +69,7 @@ def _run(scenario: Scenario, spark, timeout_s: float) -> None:
     and the checks below say what went wrong)."""
     from deltalake import DeltaTable
 
-    from pipeline.ops.metrics import job_metrics
-    from pipeline.spark.engine.drain import await_idle, stop_between_batches
-    from pipeline.spark.engine.query import start_stream
+    from pipeline.spark.engine.drain import await_idle
     from pipeline.spark.land.tables import table_path
 
     def lost_landed() -> bool:
@@ -79,16 +78,14 @@ def _run(scenario: Scenario, spark, timeout_s: float) -> None:
         return LOST in rows
 
     assert scenario.sim is not None
-    query = start_stream(spark, scenario.settings, trigger_interval="1 second",
-                         observe=job_metrics)
-    scenario.sim.start()
-    try:
-        await_idle(query, timeout_s=timeout_s, quiet_batches=2,
-                   until=lambda: scenario.sim.streamed.is_set() and lost_landed()
-                   and last_inst_settled(scenario))
-    finally:
-        scenario.sim.stop()
-        stop_between_batches(query)
+    with running_job(spark, scenario.settings) as query:
+        scenario.sim.start()
+        try:
+            await_idle(query, timeout_s=timeout_s, quiet_batches=2,
+                       until=lambda: scenario.sim.streamed.is_set() and lost_landed()
+                       and last_inst_settled(scenario))
+        finally:
+            scenario.sim.stop()
     assert scenario.sim.error is None, scenario.sim.error
 
 

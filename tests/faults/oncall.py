@@ -89,19 +89,19 @@ class OnCall:
         while not self._scraped(10):
             assert time.monotonic() < deadline, "Prometheus did not scrape the job"
             time.sleep(0.5)
-        time.sleep(2)  # the rules' next evaluations (every second) see the last scrapes
-        empty = [f"panel {p.title!r}: {q.expr}" for p in panels() for q in p.queries
-                 if not query(self.prom_url, panel_query(q.expr))]
-        empty += [f"rule {name}: {as_measure(expr)}" for name, expr in rule_expressions().items()
-                  if not query(self.prom_url, as_measure(expr))]
-        assert not empty, "no data from the running job for:\n" + "\n".join(empty)
+        # The endpoint follows Spark's listener bus, which can run behind the batches when the
+        # session (or the machine) is busy: every panel and rule must have data within a minute.
+        deadline = time.monotonic() + 60
+        while empty := self._without_data():
+            assert time.monotonic() < deadline, (
+                "no data from the running job for:\n" + "\n".join(empty))
+            time.sleep(1)
         rules = json.loads(urllib.request.urlopen(f"{self.prom_url}/api/v1/rules",
                                                   timeout=10).read())["data"]["groups"]
         broken = [(r["name"], r.get("lastError")) for g in rules for r in g["rules"]
                   if r["health"] != "ok"]
         assert not broken, broken
-        # The endpoint follows Spark's listener bus, which can run behind the batches when the
-        # session is busy: the rule must fire, within a minute of the run's end.
+        # the rule must fire, within a minute of the run's end
         deadline = time.monotonic() + 60
         while not query(self.prom_url, 'ALERTS{alertname="UrbpipeGapUnrecoverable"}'):
             seen = query(self.prom_url,
@@ -114,6 +114,14 @@ class OnCall:
         table, served = documented_metrics(), served_metrics(body)
         assert set(served) <= set(table), sorted(set(served) - set(table))
         assert all(served[n] == table[n] for n in served)
+
+    def _without_data(self) -> list[str]:
+        """The panels' queries and the rules' expressions Prometheus has no data for."""
+        empty = [f"panel {p.title!r}: {q.expr}" for p in panels() for q in p.queries
+                 if not query(self.prom_url, panel_query(q.expr))]
+        return empty + [f"rule {name}: {as_measure(expr)}"
+                        for name, expr in rule_expressions().items()
+                        if not query(self.prom_url, as_measure(expr))]
 
     # -- Alertmanager ----------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from tests.faults.helpers import (
     with_epochs,
 )
 from tests.faults.oncall import OnCall
+from tests.support.job_run import running_job
 from tests.support.truth import generate
 
 
@@ -47,13 +48,9 @@ def _decodes(value: bytes) -> bool:
 def _run(spark: Any, settings: Settings, send: Callable[[], None], *,
          timeout_s: float = 300.0, observe: Callable[..., Any] | None = None) -> None:
     """Start the job in-process, send, and wait until it is idle with every gap settled."""
-    from pipeline.ops.metrics import job_metrics
     from pipeline.spark.engine.drain import await_idle
-    from pipeline.spark.engine.query import start_stream
 
-    query = start_stream(spark, settings, trigger_interval="1 second",
-                         observe=observe or job_metrics)
-    try:
+    with running_job(spark, settings, observe=observe) as query:
         send()
         await_idle(query, timeout_s=timeout_s, quiet_batches=2,
                    until=lambda: gaps_settled(settings))
@@ -64,8 +61,6 @@ def _run(spark: Any, settings: Settings, send: Callable[[], None], *,
         while (query.lastProgress or {}).get("batchId", -1) < done + 2:
             assert time.monotonic() < deadline, "the query stopped making batches"
             time.sleep(0.5)
-    finally:
-        query.stop()
 
 
 def _alerts(settings: Settings, kinds: Counter[str]) -> list[dict[str, Any]]:
