@@ -150,14 +150,13 @@ class Scenario:
         from pipeline.spark.engine.drain import await_idle
 
         assert self.sim is not None
-        with running_job(spark, self.settings) as query:
-            self.sim.start()
-            try:
+        try:
+            with running_job(spark, self.settings, feed=self.sim.start) as query:
                 await_idle(query, timeout_s=timeout_s, quiet_batches=2,
                            until=lambda: self.sim.streamed.is_set() and (
                                not settle_gaps or gaps_settled(self.settings)))
-            finally:
-                self.sim.stop()
+        finally:
+            self.sim.stop()
         assert self.sim.error is None, self.sim.error
 
 

@@ -47,14 +47,13 @@ def run_until_settled(scenario: Scenario, spark, timeout_s: float = 420.0) -> No
     from pipeline.spark.engine.drain import await_idle
 
     assert scenario.sim is not None
-    with running_job(spark, scenario.settings) as query:
-        scenario.sim.start()
-        try:
+    try:
+        with running_job(spark, scenario.settings, feed=scenario.sim.start) as query:
             await_idle(query, timeout_s=timeout_s, quiet_batches=2,
                        until=lambda: scenario.sim.streamed.is_set()
                        and gaps_settled(scenario.settings) and inst_settled(scenario))
-        finally:
-            scenario.sim.stop()
+    finally:
+        scenario.sim.stop()
     assert scenario.sim.error is None, scenario.sim.error
 
 

@@ -184,9 +184,8 @@ def test_a_transaction_arriving_after_its_gap_was_settled_lands_late(
     scenario = Scenario.build(tmp_path, f"late{uuid.uuid4().hex[:4]}", transactions=40,
                               seed=3, subscriptions=[color], edit=hold_back)
     assert scenario.sim is not None
-    with running_job(spark, scenario.settings) as query:
-        scenario.sim.start()
-        try:
+    try:
+        with running_job(spark, scenario.settings, feed=scenario.sim.start) as query:
             await_idle(query, timeout_s=240, quiet_batches=2, until=lambda: any(
                 g["state"] == "unrecoverable" for g in scenario.latest_gaps(spark)))
             sink = KafkaSink(scenario.settings.kafka.bootstrap_servers)
@@ -194,8 +193,8 @@ def test_a_transaction_arriving_after_its_gap_was_settled_lands_late(
             sink.close()
             await_idle(query, timeout_s=240, quiet_batches=2, until=lambda: any(
                 g["state"] == "filled_late" for g in scenario.latest_gaps(spark)))
-        finally:
-            scenario.sim.stop()
+    finally:
+        scenario.sim.stop()
     # The held message carries tsnr 10 and the small transactions packed with it: each lands
     # once, live, as a late fill of the one settled gap (one filled_late row per tsnr; the last
     # one says no tsnr of the gap is still lost).

@@ -78,14 +78,13 @@ def _run(scenario: Scenario, spark, timeout_s: float) -> None:
         return LOST in rows
 
     assert scenario.sim is not None
-    with running_job(spark, scenario.settings) as query:
-        scenario.sim.start()
-        try:
+    try:
+        with running_job(spark, scenario.settings, feed=scenario.sim.start) as query:
             await_idle(query, timeout_s=timeout_s, quiet_batches=2,
                        until=lambda: scenario.sim.streamed.is_set() and lost_landed()
                        and last_inst_settled(scenario))
-        finally:
-            scenario.sim.stop()
+    finally:
+        scenario.sim.stop()
     assert scenario.sim.error is None, scenario.sim.error
 
 

@@ -50,8 +50,7 @@ def _run(spark: Any, settings: Settings, send: Callable[[], None], *,
     """Start the job in-process, send, and wait until it is idle with every gap settled."""
     from pipeline.spark.engine.drain import await_idle
 
-    with running_job(spark, settings, observe=observe) as query:
-        send()
+    with running_job(spark, settings, observe=observe, feed=send) as query:
         await_idle(query, timeout_s=timeout_s, quiet_batches=2,
                    until=lambda: gaps_settled(settings))
         # the gaps table is written mid-batch; that batch sends its alerts to Kafka after

@@ -11,12 +11,20 @@ from pipeline.config import Settings
 
 @contextmanager
 def running_job(spark: Any, settings: Settings, *, trigger_interval: str = "1 second",
-                observe: Callable[..., Any] | None = None) -> Iterator[Any]:
+                observe: Callable[..., Any] | None = None,
+                feed: Callable[[], None] | None = None) -> Iterator[Any]:
     """``start_stream`` with the job's metrics listener; on exit the query stops between two
-    batches and the listener leaves the session. The session outlives the test: a listener
-    left behind would hear (and parse) every later test's progress events on Spark's
-    listener bus, which then runs behind the batches. An ``observe`` of the caller's is the
-    caller's to detach (the on-call test keeps its endpoint up after the run)."""
+    batches and the listener leaves the session.
+
+    ``feed`` (start the simulator, send a stream) runs before the query starts, so its
+    messages are on the topic for the first batch: a first batch without them costs a whole
+    batch more (the stateful operator's worker starts for it, ~5-10 s on the 2-core machine)
+    and the messages then wait for the next one.
+
+    The session outlives the test: a listener left behind would hear (and parse) every later
+    test's progress events on Spark's listener bus, which then runs behind the batches. An
+    ``observe`` of the caller's is the caller's to detach (the on-call test keeps its
+    endpoint up after the run)."""
     from pipeline.ops.metrics import job_metrics
     from pipeline.spark.engine.drain import stop_between_batches
     from pipeline.spark.engine.query import start_stream
@@ -28,6 +36,8 @@ def running_job(spark: Any, settings: Settings, *, trigger_interval: str = "1 se
         listeners.append(metrics.listener)
         return metrics
 
+    if feed is not None:
+        feed()
     query = start_stream(spark, settings, trigger_interval=trigger_interval,
                          observe=observe or ours)
     try:
