@@ -5,6 +5,8 @@ X'48') truncated, and a replayed batch adds nothing to the feed."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pipeline.config import Settings
@@ -101,3 +103,34 @@ def test_the_feed_from_the_start_holds_the_inserts_and_nothing_of_the_replay(fed
                                (3, "insert", "GOLD")]
     assert max(v for v, *_ in feed) <= versions[2]
     assert versions[3] == versions[2], "the replay committed nothing"
+
+
+def test_readers_outside_spark_read_the_table_and_its_feed(fed) -> None:
+    """README's reader table, measured: ``deltalake`` (and DuckDB/polars over its Arrow
+    dataset) read the current table with the feed on as Spark does; ``deltalake``'s
+    ``load_cdf`` gives the feed Spark's ``readChangeFeed`` gives; no table of the lake carries
+    deletion vectors (MERGE and the refresh rewrite files), so no reader needs them."""
+    import duckdb
+    import polars as pl
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    spark, path, _ = fed
+    table = DeltaTable(path)
+    wanted = sorted((r.isn, r.color) for r in spark.read.format("delta").load(path).collect())
+    dataset = table.to_pyarrow_dataset()
+    assert sorted(zip(*dataset.to_table(columns=["isn", "color"]).to_pydict().values(),
+                      strict=True)) == wanted
+    assert sorted(duckdb.sql("SELECT isn, color FROM dataset").fetchall()) == wanted
+    assert sorted(pl.scan_pyarrow_dataset(dataset).select("isn", "color").collect().rows()) \
+        == wanted
+    cdf = pa.table(table.load_cdf(starting_version=0)).to_pydict()
+    feed = sorted(zip(cdf["_commit_version"], cdf["isn"], cdf["_change_type"], cdf["color"],
+                      strict=True))
+    assert feed == _feed(spark, path, 0) and feed, "delta-rs's feed is Spark's"
+    lake = Path(path).parent
+    features = {t.name: {*(DeltaTable(str(t)).protocol().reader_features or ()),
+                         *(DeltaTable(str(t)).protocol().writer_features or ())}
+                for t in lake.iterdir() if (t / "_delta_log").is_dir()}
+    assert len(features) > 5 and not {n for n, f in features.items()
+                                      if "deletionVectors" in f}, features

@@ -218,6 +218,17 @@ def test_a_wider_version_is_accepted_and_widens_the_tables(spark, widened) -> No
     assert len(_read(spark, settings, "changes_color_4")) == 3, "the replay wrote nothing"
 
 
+def test_deltalake_refuses_a_table_widened_in_place(widened) -> None:
+    """README's reader table: a widened column gives the table Delta's ``typeWidening``
+    feature, which ``deltalake`` (and the readers built on it) refuses; Spark reads it (the
+    test above). Should a later deltalake read it, the README's table must say so."""
+    from deltalake import DeltaTable
+
+    settings = widened[0]
+    with pytest.raises(Exception, match="typeWidening"):
+        DeltaTable(table_path(settings, "current_color_4")).to_pyarrow_table()
+
+
 def test_the_version_that_reads_the_changed_field_clears_the_layout_kind(spark,
                                                                          widened) -> None:
     settings, stale, _, _ = widened
