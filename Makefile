@@ -26,12 +26,15 @@ cluster-demo: setup  ## the demo on a local Spark standalone cluster, submitted 
 test:  ## the whole suite: lint, unit, Spark and end-to-end tests (starts/stops the broker)
 	@scripts/setup.sh --tools
 	@.venv/bin/ruff check .
-	@# engine-free tests in two processes (independent, CPU-bound: ~70 s instead of ~150 s),
-	@# then Spark and end-to-end in one (they share brokers and sessions); both always run,
-	@# one after the other: side by side was slower on 2 cores (decision 0016)
-	@rc=0; \
+	@# engine-free tests in two processes, then Spark and end-to-end in two (one Spark session
+	@# each, one test module per unit of work, the test broker started here and shared); both
+	@# tiers always run, one after the other (decision 0016)
+	@rc=0; T="--conf-file conf/test.yaml"; \
 	$(PY) -m pytest -q -m "not spark and not e2e" -n 2 --durations=10 || rc=1; \
-	$(PY) -m pytest -q -m "spark or e2e" --durations=40 || rc=1; \
+	$(PY) -m devtools.broker status $$T | grep -q "^broker running" && own=0 || own=1; \
+	$(PY) -m devtools.broker start $$T >/dev/null || rc=1; \
+	$(PY) -m pytest -q -m "spark or e2e" -n 2 --dist loadfile --durations=40 || rc=1; \
+	[ $$own = 0 ] || $(PY) -m devtools.broker stop $$T >/dev/null || rc=1; \
 	exit $$rc
 
 test-unit: setup  ## engine-free tests only (no Spark, no broker)

@@ -5,12 +5,22 @@ tests/e2e (``e2e``), tests/faults (``e2e`` and ``faults``); the benchmarks' own 
 (benchmarks/tests) are ``unit``. The harness, builders and oracle every tier and the benchmarks
 share are tests/support. The broker fixture starts the project's own KRaft
 broker from conf/test.yaml (port 19092) if it is not running and stops it at the end if it
-started it. ``s3_server`` is an S3-compatible server (moto's server mode) on 127.0.0.1 with one
-bucket, for ``s3a://`` lakes.
+started it (in an xdist worker it leaves it running: ``make test`` stops it). ``s3_server`` is
+an S3-compatible server (moto's server mode) on 127.0.0.1 with one bucket, for ``s3a://``
+lakes.
+
+``make test`` runs the Spark and end-to-end tier in two pytest-xdist workers
+(``--dist loadfile``, decision 0016): each test module is one unit of work, so its module
+fixtures (a scenario's job run, the cluster) are made once, on one worker; modules that share a
+fixed-port server (the secured broker) are one unit together (``pytest_xdist_make_scheduler``).
+Each worker has its own Spark session; both share the test broker, which ``make test`` starts
+before them.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -42,6 +52,26 @@ def tier_of(path: Path) -> tuple[str, ...]:
                             "benchmarks/tests/ (its tier is its top folder)")
 
 
+#: modules whose session fixture binds fixed ports: one xdist unit of work together
+SHARED_PORTS = {"tests/e2e/test_secure_broker.py": "secured-broker",
+                "tests/e2e/test_secure_job.py": "secured-broker"}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadfile``, xdist's file scheduling with the modules of ``SHARED_PORTS``
+    as one unit (xdist's own ``loadgroup`` marks do not reach pytest 9's node ids)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            return SHARED_PORTS.get(module, module)
+
+    return ModuleScheduling(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         marks = tier_of(Path(str(item.fspath)))
@@ -63,11 +93,15 @@ def kafka_bootstrap(test_settings: Settings) -> Iterator[str]:
     """Bootstrap address of the real local broker (started here if needed)."""
     from devtools import broker
 
-    was_running = broker.status(test_settings).startswith("broker running")
-    broker.start(test_settings)
+    lock = ROOT / ".run" / "test-broker.lock"  # two xdist workers: one starts it
+    lock.parent.mkdir(exist_ok=True)
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        was_running = broker.status(test_settings).startswith("broker running")
+        broker.start(test_settings)
     yield test_settings.kafka.bootstrap_servers
-    if not was_running:
-        broker.stop(test_settings)
+    if not was_running and "PYTEST_XDIST_WORKER" not in os.environ:  # a worker's peer may
+        broker.stop(test_settings)                                   # still use it
 
 
 @pytest.fixture
