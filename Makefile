@@ -29,9 +29,11 @@ test:  ## the whole suite: lint, unit, Spark and end-to-end tests (starts/stops 
 	@# engine-free tests in two processes, then Spark and end-to-end in two (one Spark session
 	@# each, one test module per unit of work, the test broker started here and shared); both
 	@# tiers always run, one after the other (decision 0016)
+	@# the broker is ours to stop if it was not running before either tier (xdist workers of
+	@# both tiers leave it running for their peer)
 	@rc=0; T="--conf-file conf/test.yaml"; \
-	$(PY) -m pytest -q -m "not spark and not e2e" -n 2 --durations=10 || rc=1; \
 	$(PY) -m devtools.broker status $$T | grep -q "^broker running" && own=0 || own=1; \
+	$(PY) -m pytest -q -m "not spark and not e2e" -n 2 --durations=10 || rc=1; \
 	$(PY) -m devtools.broker start $$T >/dev/null || rc=1; \
 	$(PY) -m pytest -q -m "spark or e2e" -n 2 --dist loadfile --durations=40 || rc=1; \
 	[ $$own = 0 ] || $(PY) -m devtools.broker stop $$T >/dev/null || rc=1; \
