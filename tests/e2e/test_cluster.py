@@ -15,9 +15,9 @@ made at its start (the raw ones, COLOR layout's typed ones) and the views, and k
 its first send; ``urbpipe catalog serve``, another Spark application with the job's conf
 started while the job lands, serves them over JDBC, and beeline lists the tables and views,
 reads every table by name, sees the columns' comments and gets the same rows as Spark SQL.
-Every table's comments are read from its Delta log. (``urbpipe catalog sync``, a layout added
-at a restart and the views' filters on a scenario made for them:
-tests/spark/typed/test_catalog_views.py.)
+Every table's comments are read from its Delta log. (``urbpipe catalog sync`` and a layout
+added at a restart, each in its own process: tests/e2e/test_catalog_restart.py; the views'
+filters on a scenario made for them: tests/spark/typed/test_catalog_views.py.)
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The catalog in one Spark session (the suite's, whose catalog is Spark's in-memory one; the
 Hive metastore shared by processes, every table of a job's lake and beeline are
-tests/e2e/test_cluster.py's): comments on the tables the views read, also on one made before
+tests/e2e/test_cluster.py's; sync and a restart, each a process of its own, are
+tests/e2e/test_catalog_restart.py's): comments on the tables the views read, also on one made before
 comments existed, and on a history table; the views return exactly the trustworthy rows of a
 scenario with deletes, unverified rows, a stale file and rows newer than the watermark;
 registration is idempotent, follows a moved lake and a layout added at a restart, and refuses
