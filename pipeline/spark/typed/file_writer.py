@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -110,20 +111,44 @@ class FileResult:
     quarantine: list[dict[str, Any]] = field(default_factory=list)
     records: int = 0
     spark: bool = False
+    #: task milliseconds by phase (read, decode, changes, current, history): the driver
+    #: reports their sums as ``counts.t_typed_task_<phase>_ms``, to see where a batch went
+    times_ms: dict[str, float] = field(default_factory=dict)
 
 
 def land_work(work: TypedWork) -> Iterator[FileResult]:
     """The task: read the batch's rows once, then land each planned file that has records."""
     plans = {plan.key: plan for plan in work.plans}
+    clock = _Clock()
     raw = {name: _read(name, work.inputs.get(name, ()))
            for name in ("transactions", "records", "images")}
     for batch in file_batches(raw["transactions"], raw["records"], raw["images"], plans):
+        clock.lap("read")  # the task's read and the file's split: on its first result
         plan = plans[batch.key]
         tables = _open(plan)
         if tables is None:
             yield FileResult(batch.key, spark=True, records=batch.records.num_rows)
             continue
-        yield _land_file(plan, tables, batch, work)
+        result = _land_file(plan, tables, batch, work, clock)
+        result.times_ms = clock.take()
+        yield result
+
+
+class _Clock:
+    """Milliseconds per phase since the last ``take``."""
+
+    def __init__(self) -> None:
+        self._at = time.perf_counter()
+        self._ms: dict[str, float] = {}
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self._ms[phase] = self._ms.get(phase, 0.0) + (now - self._at) * 1000
+        self._at = now
+
+    def take(self) -> dict[str, float]:
+        out, self._ms = self._ms, {}
+        return out
 
 
 def _read(table: str, paths: Sequence[str]) -> pa.Table:
@@ -182,13 +207,14 @@ def _open(plan: FilePlan) -> dict[str, Any] | None:
 
 
 def _land_file(plan: FilePlan, tables: dict[str, Any], batch: FileBatch,
-               work: TypedWork) -> FileResult:
+               work: TypedWork, clock: _Clock) -> FileResult:
     import pyarrow as pa
 
     result = FileResult(batch.key, records=batch.records.num_rows)
     changes_schema = _schema(tables["changes"])
     values = [c for c in plan.spec.columns if c in changes_schema.names]
     decoded, errors = _decode(batch.images, plan.spec, changes_schema, values)
+    clock.lap("decode")
     good = decoded.filter(pa.array([e is None for e in errors], pa.bool_()))
     bad_rows = [i for i, e in enumerate(errors) if e is not None]
     name = plan.tables["changes"][0]
@@ -202,11 +228,14 @@ def _land_file(plan: FilePlan, tables: dict[str, Any], batch: FileBatch,
             rows = rows.append_column(v, good.column(v))
         _append(tables["changes"], rows.select(changes_schema.names).cast(changes_schema),
                 _app(work, "changes", plan), work.batch_id)
+    clock.lap("changes")
     if values:  # a file with no layout yet has no value columns to MERGE
         changes = record_changes(batch.records, good, values)
         _merge_current(plan, tables, changes, work)
+        clock.lap("current")
         if "history" in tables:
             _merge_history(plan, tables["history"], changes, work)
+            clock.lap("history")
     return result
 
 

@@ -55,6 +55,7 @@ rows whatever the committed ones changed (see ``unburied``, ``history_source``).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -216,6 +217,7 @@ def _write_direct(spark: SparkSession, batch: DataFrame, batch_id: int, settings
     same files."""
     from pipeline.spark.typed.direct import append_quarantine, land_files, raw_inputs
 
+    started = time.perf_counter()
     inputs = raw_inputs(settings, files)
     records = bool(inputs["records"])
     every = {lay.table_suffix() for lay in settings.layouts} if records else set()
@@ -230,10 +232,16 @@ def _write_direct(spark: SparkSession, batch: DataFrame, batch_id: int, settings
     counts: dict[str, int] = {}
     if records:
         cutoffs = file_cutoffs(spark, settings)
+        planned = time.perf_counter()
         results = land_files(spark, settings, specs, cutoffs, inputs, batch_id, app_id)
+        counts["t_typed_plan_ms"] = round((planned - started) * 1000)  # specs and cutoffs
+        counts["t_typed_job_ms"] = round((time.perf_counter() - planned) * 1000)
         by_key = {(lay.subscription, lay.dbid, lay.fnr): lay for lay in settings.layouts}
         for result in results:
             lay = by_key[result.key]
+            for phase, ms in result.times_ms.items():
+                key = f"t_typed_task_{phase}_ms"
+                counts[key] = counts.get(key, 0) + round(ms)
             if result.spark:
                 continue
             counts.update(result.counts)

@@ -235,13 +235,19 @@ def test_history_splits_intervals_for_late_changes(spark, landed) -> None:
     assert len(deleted) == 1 and deleted[0][0] == "GREEN" and deleted[0][-1]
 
 
-def test_replays_are_idempotent(spark, landed) -> None:
+def test_replays_are_idempotent(spark, landed, request) -> None:
     settings, batches, counts, after = landed
     assert _tables(spark, settings) == after[-1]
     changes = spark.read.format("delta").load(table_path(settings, "changes_color_4"))
     good = [i for b in batches for i in b.tables["images"] if i["payload"] != b"\x00" * 5]
     assert changes.count() == len(good)
     assert sum(c["changes_color_4"] for c in counts) == len(good)
+    if request.node.callspec.params["landed"] == "direct":  # where its typed step went
+        phases = {"read", "decode", "changes", "current", "history"}
+        for c in counts:
+            assert {f"t_typed_task_{p}_ms" for p in phases} | {"t_typed_plan_ms",
+                                                                 "t_typed_job_ms"} <= set(c)
+            assert c["t_typed_job_ms"] > 0
 
 
 def test_bad_image_is_quarantined_and_initial_state_rows_keep_their_isn(spark, landed) -> None:
