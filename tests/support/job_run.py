@@ -38,12 +38,14 @@ def running_job(spark: Any, settings: Settings, *, trigger_interval: str = "1 se
 
     if feed is not None:
         feed()
-    query = start_stream(spark, settings, trigger_interval=trigger_interval,
-                         observe=observe or ours)
-    try:
+    query = None
+    try:  # a start that fails after the metrics attached its listener detaches it too
+        query = start_stream(spark, settings, trigger_interval=trigger_interval,
+                             observe=observe or ours)
         yield query
     finally:
-        stop_between_batches(query)
+        if query is not None:
+            stop_between_batches(query)
         for listener in listeners:
             listener.close()
             spark.streams.removeListener(listener)
