@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 CONF ?= conf/local.yaml
 
-.PHONY: help setup jars demo cluster-demo test test-unit faults lint bench scaling soak lake-soak broker-start broker-stop catalog-stop clean
+.PHONY: help setup jars demo cluster-demo test test-unit faults lint bench scaling soak lake-soak log-age broker-start broker-stop catalog-stop clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -68,6 +68,9 @@ scaling: setup  ## full pipeline at 2k/5k/20k/50k msgs/batch x 1/2/8 busy keys, 
 
 soak: setup  ## >=10 min steady load with faults: state and memory flat? (not in CI; SOAK_ARGS=...)
 	@$(PY) benchmarks/soak.py $(SOAK_ARGS)
+
+log-age: setup  ## a commit's cost as a table ages (fresh, 1, 7, 30 days of _delta_log), both log stores (~20 min; LOG_AGE_ARGS=...)
+	@$(PY) benchmarks/delta_log_age.py $(LOG_AGE_ARGS)
 
 lake-soak: setup  ## >=2,000 batches, maintenance off then on: files, log size, query times (not in CI; LAKE_SOAK_ARGS=...)
 	@$(PY) benchmarks/lake_soak.py $(LAKE_SOAK_ARGS)

@@ -19,8 +19,19 @@ from tests.conftest import TEST_CONF
 
 
 def _settings(**stream: object) -> Settings:
+    """Delta's own log store unless said: the one whose listing grows with the log."""
     base = load_settings(TEST_CONF, env={})
+    stream = {"delta_log_store": "hadoop", **stream}
     return base.model_copy(update={"stream": base.stream.model_copy(update=stream)})
+
+
+def test_the_probing_store_of_a_local_lake_is_not_warned_about() -> None:
+    """The project's store lists by name (decision 0017): the default, and quiet."""
+    assert load_settings(TEST_CONF, env={}).stream.delta_log_store == "probing"
+    assert advice(_settings(delta_log_retention_days=30, delta_log_store="probing")) is None
+    s3 = _settings(delta_log_retention_days=30, delta_log_store="probing",
+                   lake_dir="s3a://lake/adabas")
+    assert advice(s3) is not None  # S3's listing is Delta's own store's
 
 
 @pytest.mark.parametrize(("text", "ms"), [("5 seconds", 5000), ("500 ms", 500),

@@ -162,3 +162,22 @@ def test_the_catalog_gives_hive_support_and_the_embedded_metastore(local_setting
     conf = session_conf(external)
     assert conf["spark.sql.catalogImplementation"] == "hive"
     assert "spark.hadoop.javax.jdo.option.ConnectionURL" not in conf, "spark.conf names it"
+
+
+def test_a_local_lake_gets_the_probing_log_store_whose_jar_setup_built(
+        local_settings: Settings, tmp_path: Path) -> None:
+    """Decision 0017: on by default, off with ``hadoop``; a conf that asks for it where its
+    jar is missing is refused at start (under spark-submit the driver's class check does)."""
+    from pipeline.config import ConfigError
+    from pipeline.spark.engine.session import LOG_STORE_CLASS, log_store_conf
+
+    key = "spark.delta.logStore.file.impl"
+    assert session_conf(local_settings)[key] == LOG_STORE_CLASS
+    hadoop = local_settings.model_copy(update={"stream": local_settings.stream.model_copy(
+        update={"delta_log_store": "hadoop"})})
+    assert key not in session_conf(hadoop)
+    elsewhere = local_settings.model_copy(update={"spark": local_settings.spark.model_copy(
+        update={"jars_dir": str(tmp_path)})})
+    with pytest.raises(ConfigError, match=r"scripts/setup\.sh"):
+        log_store_conf(elsewhere)
+    assert log_store_conf(elsewhere, check_jar=False) == {key: LOG_STORE_CLASS}

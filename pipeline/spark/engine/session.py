@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline import objectstore
@@ -38,6 +39,9 @@ REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|jaas|keystore[.]key"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 #: The driver JVM's own class path: conf's first, then the catalog's JDBC driver.
 CLASS_PATH = "spark.driver.extraClassPath"
+#: The project's Delta log store for local lakes (jvm/logstore, decision 0017) and its jar.
+LOG_STORE_CLASS = "urbpipe.delta.ProbingLocalLogStore"
+LOG_STORE_JAR = "urbpipe-logstore"
 
 
 def session_conf(settings: Settings, *, jars: bool = True) -> dict[str, str]:
@@ -79,6 +83,8 @@ def session_conf(settings: Settings, *, jars: bool = True) -> dict[str, str]:
     conf.update(objectstore.spark_conf(settings))
     # the catalog: Hive support, and the embedded metastore's database (else nothing)
     conf.update(metastore.catalog_conf(settings))
+    # a local lake's log listed by name, not by folder (jvm/logstore; else Delta's own)
+    conf.update(log_store_conf(settings, check_jar=jars))
     java = " ".join(filter(None, (s.conf.get(JAVA_OPTIONS), conf[JAVA_OPTIONS])))
     conf.update({**s.conf, JAVA_OPTIONS: java})  # conf's JVM options, and Derby's home too
     if jars:  # under spark-submit the class path is --driver-class-path's (jars module)
@@ -87,6 +93,22 @@ def session_conf(settings: Settings, *, jars: bool = True) -> dict[str, str]:
         if path:
             conf[CLASS_PATH] = path
     return conf
+
+
+def log_store_conf(settings: Settings, *, check_jar: bool = True) -> dict[str, str]:
+    """Delta's log store for ``file:`` paths: the project's probing one unless conf says
+    ``hadoop`` (``stream.delta_log_store``). Its jar is built by scripts/setup.sh into
+    ``spark.jars_dir``, with the jars Spark gets; a conf asking for it without the jar is
+    refused here rather than by the first Delta commit (under spark-submit, whose ``--jars``
+    bring it, by the driver's class check instead: ``check_jar`` False)."""
+    if settings.stream.delta_log_store != "probing":
+        return {}
+    jars = Path(settings.location(settings.spark.jars_dir))
+    if check_jar and not any(jars.glob(f"{LOG_STORE_JAR}-*.jar")):
+        raise ConfigError(f"stream.delta_log_store is probing but {jars} has no "
+                          f"{LOG_STORE_JAR} jar: run `scripts/setup.sh` (it builds "
+                          "jvm/logstore), or set stream.delta_log_store: hadoop")
+    return {"spark.delta.logStore.file.impl": LOG_STORE_CLASS}
 
 
 def resolve_conf(settings: Settings, launch: Launch) -> SessionConf:
@@ -132,6 +154,8 @@ def _require_driver_classes(settings: Settings) -> None:
     needed = dict(_DRIVER_CLASSES)
     if settings.on_object_store():
         needed["org.apache.hadoop.fs.s3a.S3AFileSystem"] = "the S3A connector (hadoop-aws)"
+    if log_store_conf(settings, check_jar=False):
+        needed[LOG_STORE_CLASS] = f"the project's Delta log store ({LOG_STORE_JAR})"
     missing = [what for cls, what in needed.items()
                if not jvm.org.apache.spark.util.Utils.classIsLoadable(cls)]
     if missing:

@@ -18,6 +18,11 @@ the warning counts the requests, since no S3 is reachable from here to time one.
 start-after listing (``delta.enableFastS3AListFrom``) would bound it, but fails with the jars
 the product ships (``pipeline.config``, refused there).
 
+On a local lake the project's own log store (``stream.delta_log_store: probing``, the
+default; jvm/logstore, decision 0017) does not list the folder: it probes the log's file names
+from the version Delta asks for, so the log's size costs a commit nothing and the job does
+not warn; the figures above are for Delta's own store (``hadoop``) and for S3.
+
 The job does not change the retention on its own (analysts' time travel and the change feed's
 readers depend on it): it says at start what the conf will cost, when that is more than
 ``WARN_ADDED_MS`` per commit, and how to lower it. Engine-free.
@@ -71,6 +76,8 @@ def advice(settings: Settings, trigger_interval: str | None = None) -> str | Non
             return None
         return (f"{held}~{lists:,} S3 LIST requests of {S3_KEYS_PER_LIST:,} keys to each "
                 f"commit of each table once the log is full." + lower)
+    if stream.delta_log_store == "probing":
+        return None  # listed by name from the version asked for: flat (decision 0017)
     added = added_commit_ms(commits)
     if added <= WARN_ADDED_MS:
         return None

@@ -1,0 +1,43 @@
+"""How benchmarks/delta_log_age.py ages a log: the real versions moved up, the ones below
+filled, contiguous, with a checkpoint every 50 and ``_last_checkpoint`` moved with them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks.delta_log_age import CHECKPOINT_INTERVAL, age_log, retained
+
+
+def _real_log(log: Path, newest: int) -> None:
+    """What a local table of versions 0..newest leaves (its checkpoint at 50)."""
+    log.mkdir()
+    for v in range(newest + 1):
+        for name in (f"{v:020d}.json", f"{v:020d}.crc", f".{v:020d}.json.crc",
+                     f".{v:020d}.crc.crc"):
+            (log / name).write_text(f"{v}")
+    (log / f"{50:020d}.checkpoint.parquet").write_text("cp")
+    (log / f".{50:020d}.checkpoint.parquet.crc").write_text("cp")
+    (log / "_last_checkpoint").write_text('{"version":50,"size":3}')
+    (log / "._last_checkpoint.crc").write_text("old")
+
+
+def test_days_of_commits_at_the_default_trigger() -> None:
+    assert retained(0) == 0 and retained(1) == 17_280
+    assert retained(30) == retained(365) == 518_400  # the log keeps 30 days
+
+
+def test_the_aged_log_is_contiguous_and_reads_from_the_moved_checkpoint(tmp_path: Path) -> None:
+    log = tmp_path / "_delta_log"
+    _real_log(log, 60)
+    filler = 1000
+    files = age_log(log, filler)
+    commits = sorted(int(p.name[:20]) for p in log.glob("*.json"))
+    assert commits == list(range(filler + 61))
+    assert files == (filler + 61) * 4 + 2 * (filler // CHECKPOINT_INTERVAL) + 1
+    assert json.loads((log / "_last_checkpoint").read_text())["version"] == filler + 50
+    assert not (log / "._last_checkpoint.crc").exists()
+    assert (log / f"{filler + 60:020d}.json").read_text() == "60"  # the real ones, moved
+    assert (log / f"{7:020d}.json").read_text() == "1"  # a filler: version 1's commit
+    checkpoints = sorted(int(p.name[:20]) for p in log.glob("*.checkpoint.parquet"))
+    assert checkpoints == [*range(50, filler, 50), filler + 50]
