@@ -32,9 +32,11 @@ slowest; writes them to ``.bench/log-age-<time>.json``.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -72,11 +74,13 @@ def age_log(log: Path, versions: int) -> int:
               (("", ".json"), ("", ".crc"), (".", ".json.crc"), (".", ".crc.crc"))]
     checkpoint = [(f"{d}{versions + CHECKPOINT_INTERVAL:020d}{r}", d, r) for d, r in
                   (("", ".checkpoint.parquet"), (".", ".checkpoint.parquet.crc"))]
+    sources = {source: log / source for source, _, _ in commit + checkpoint
+               if (log / source).exists()}
     for version in range(versions):
         links = commit + (checkpoint if version and version % CHECKPOINT_INTERVAL == 0 else [])
         for source, dot, rest in links:
-            if (log / source).exists():
-                os.link(log / source, log / f"{dot}{version:020d}{rest}")
+            if source in sources:
+                sources[source] = _link(sources[source], log / f"{dot}{version:020d}{rest}")
     last = log / "_last_checkpoint"
     text = last.read_text()
     moved = re.sub(r'^\{"version":(\d+)',
@@ -84,6 +88,19 @@ def age_log(log: Path, versions: int) -> int:
     last.write_text(moved)
     (log / "._last_checkpoint.crc").unlink(missing_ok=True)  # Hadoop's checksum of the old text
     return sum(1 for _ in log.iterdir())
+
+
+def _link(source: Path, target: Path) -> Path:
+    """Hard-link ``target`` to ``source``; past the file system's links per file (ext4:
+    65,000) a copy starts a new one. The file to link the next target to."""
+    try:
+        os.link(source, target)
+        return source
+    except OSError as exc:
+        if exc.errno != errno.EMLINK:
+            raise
+        shutil.copyfile(source, target)
+        return target
 
 
 def _timed_appends(spark: Any, path: str, commits: int, budget_s: float) -> list[float]:

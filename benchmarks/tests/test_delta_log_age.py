@@ -41,3 +41,27 @@ def test_the_aged_log_is_contiguous_and_reads_from_the_moved_checkpoint(tmp_path
     assert (log / f"{7:020d}.json").read_text() == "1"  # a filler: version 1's commit
     checkpoints = sorted(int(p.name[:20]) for p in log.glob("*.checkpoint.parquet"))
     assert checkpoints == [*range(50, filler, 50), filler + 50]
+
+
+def test_past_the_links_per_file_a_copy_carries_on(tmp_path: Path, monkeypatch) -> None:
+    """ext4 allows 65,000 links per file; a 30-day log needs 518,400 of one commit."""
+    import errno
+    import os
+
+    from benchmarks import delta_log_age
+
+    link = os.link
+
+    def limited(source: Path, target: Path) -> None:
+        if Path(source).stat().st_nlink >= 3:
+            raise OSError(errno.EMLINK, "Too many links")
+        link(source, target)
+
+    monkeypatch.setattr(delta_log_age.os, "link", limited)
+    log = tmp_path / "_delta_log"
+    _real_log(log, 60)
+    age_log(log, 200)
+    commits = sorted(int(p.name[:20]) for p in log.glob("*.json"))
+    assert commits == list(range(261))
+    assert all((log / f"{v:020d}.json").read_text() == "1" for v in range(200))
+    assert max(p.stat().st_nlink for p in log.iterdir()) <= 3

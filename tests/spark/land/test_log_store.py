@@ -113,3 +113,21 @@ def test_deltas_log_clean_up_deletes_the_expired_versions_through_it(
     assert kept[0] == 10 and kept[-1] == 20, kept
     assert not (log / f"{0:020d}.json").exists()
     assert spark.read.format("delta").load(str(path)).count() == 20
+
+
+def test_a_multi_part_checkpoint_is_listed_the_hadoop_way(spark, log: Path,
+                                                          tmp_path: Path) -> None:
+    """Its parts' names cannot be guessed: with ``_last_checkpoint`` naming one, every start
+    is Delta's own listing (here, a part the probe would not have named)."""
+    probing, hadoop = _stores(spark)
+    parts = tmp_path / "_delta_log"
+    parts.mkdir()
+    for f in log.iterdir():
+        if f.is_file() and f.name != "_last_checkpoint":
+            os.link(f, parts / f.name)
+    (parts / f"{30:020d}.checkpoint.0000000001.0000000001.parquet").write_bytes(b"")
+    (parts / "_last_checkpoint").write_text('{"version":30,"size":4,"parts":1}')
+    for start in _starts(COMMITS):
+        assert _listing(spark, probing, parts, start) == _listing(spark, hadoop, parts, start)
+    assert f"{30:020d}.checkpoint.0000000001.0000000001.parquet" in _listing(
+        spark, probing, parts, f"{30:020d}.")

@@ -36,14 +36,16 @@ import org.apache.hadoop.fs.Path;
  * binary search up to the version {@code _last_checkpoint} names.
  *
  * <p>Writes and reads are Delta's {@link LocalLogStore}'s. Anything this store does not know
- * the names of is listed the Hadoop way: a start that is not a version, a table whose
- * {@code _last_checkpoint} names a multi-part or V2 checkpoint (their file names cannot be
- * guessed), and a start past the newest commit of a table without a checkpoint.
+ * the names of is listed the Hadoop way: a start that is not a version, any start of a table
+ * whose {@code _last_checkpoint} names a multi-part or V2 checkpoint (their file names cannot
+ * be guessed), and a start past the newest commit of a table without a checkpoint.
  */
 public class ProbingLocalLogStore extends LocalLogStore {
 
   private static final Pattern VERSIONED = Pattern.compile("(\\d{20})\\..*");
   private static final Pattern TOP_VERSION = Pattern.compile("^\\{\"version\":(\\d+)[,}]");
+  /** {@link #lastCheckpoint}: the table has none yet. */
+  static final long NO_CHECKPOINT = -1;
   /** What a version may have, in the order a listing sorts them. */
   private static final String[] SUFFIXES = {".checkpoint.parquet", ".crc", ".json"};
 
@@ -72,11 +74,14 @@ public class ProbingLocalLogStore extends LocalLogStore {
 
   /** The version to probe from for a start at {@code start}; null: list the Hadoop way. */
   static Long firstVersion(java.nio.file.Path dir, long start) throws IOException {
+    Long last = lastCheckpoint(dir);
+    if (last == null) {
+      return null; // a checkpoint whose file names cannot be guessed
+    }
     if (Files.exists(dir.resolve(name(start, ".json")))) {
       return start;
     }
-    Long last = lastCheckpoint(dir);
-    if (last == null || !Files.exists(dir.resolve(name(last, ".json")))) {
+    if (last == NO_CHECKPOINT || !Files.exists(dir.resolve(name(last, ".json")))) {
       return null;
     }
     if (start > last) {
@@ -95,13 +100,17 @@ public class ProbingLocalLogStore extends LocalLogStore {
     return present;
   }
 
-  /** The version {@code _last_checkpoint} names when it is a classic single-file one. */
+  /**
+   * The version {@code _last_checkpoint} names when it is a classic single-file one; {@link
+   * #NO_CHECKPOINT} without one; null when it names a multi-part or V2 checkpoint, or cannot
+   * be read.
+   */
   static Long lastCheckpoint(java.nio.file.Path dir) throws IOException {
     String text;
     try {
       text = Files.readString(dir.resolve("_last_checkpoint"), StandardCharsets.UTF_8);
     } catch (NoSuchFileException e) {
-      return null;
+      return NO_CHECKPOINT;
     }
     Matcher version = TOP_VERSION.matcher(text.strip());
     if (!version.find() || text.contains("\"parts\"") || text.contains("\"v2Checkpoint\"")) {
