@@ -18,8 +18,9 @@ real appends (a checkpoint every 50, the job's interval), then its log files are
 ``N`` versions up and versions ``0 … N-1`` are filled with hard links of one commit's files
 (its JSON, Delta's CRC and Hadoop's hidden checksum of each: the four files a local commit
 leaves) and of its checkpoint at every 50th version, and ``_last_checkpoint`` is moved up
-with them. Delta reads only what follows the latest checkpoint, so the fillers' contents are
-never read; they are there to be listed, as the log of a 30-day-old table is. Their
+with them (without Delta's checksum of the old text). Delta reads only what follows the
+latest checkpoint, so the fillers' contents are never read; they are there to be listed, as
+the log of a 30-day-old table is. Their
 modification time is the run's, so no clean-up deletes them during the measurement.
 
 Then ``--commits`` appends of one row are timed on the aged table (the smallest commit: the
@@ -81,12 +82,14 @@ def age_log(log: Path, versions: int) -> int:
         for source, dot, rest in links:
             if source in sources:
                 sources[source] = _link(sources[source], log / f"{dot}{version:020d}{rest}")
+    # the newest checkpoint moved up with the rest; without Delta's checksum of the old text
+    # (a mismatch sends Delta to search every version for a checkpoint) or Hadoop's
     last = log / "_last_checkpoint"
-    text = last.read_text()
-    moved = re.sub(r'^\{"version":(\d+)',
-                   lambda m: f'{{"version":{int(m[1]) + versions}', text)
-    last.write_text(moved)
-    (log / "._last_checkpoint.crc").unlink(missing_ok=True)  # Hadoop's checksum of the old text
+    info = json.loads(last.read_text())
+    info["version"] += versions
+    info.pop("checksum", None)
+    last.write_text(json.dumps(info, separators=(",", ":")))
+    (log / "._last_checkpoint.crc").unlink(missing_ok=True)
     return sum(1 for _ in log.iterdir())
 
 

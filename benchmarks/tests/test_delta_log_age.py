@@ -18,7 +18,7 @@ def _real_log(log: Path, newest: int) -> None:
             (log / name).write_text(f"{v}")
     (log / f"{50:020d}.checkpoint.parquet").write_text("cp")
     (log / f".{50:020d}.checkpoint.parquet.crc").write_text("cp")
-    (log / "_last_checkpoint").write_text('{"version":50,"size":3}')
+    (log / "_last_checkpoint").write_text('{"version":50,"size":3,"checksum":"ab"}')
     (log / "._last_checkpoint.crc").write_text("old")
 
 
@@ -35,7 +35,8 @@ def test_the_aged_log_is_contiguous_and_reads_from_the_moved_checkpoint(tmp_path
     commits = sorted(int(p.name[:20]) for p in log.glob("*.json"))
     assert commits == list(range(filler + 61))
     assert files == (filler + 61) * 4 + 2 * (filler // CHECKPOINT_INTERVAL) + 1
-    assert json.loads((log / "_last_checkpoint").read_text())["version"] == filler + 50
+    assert json.loads((log / "_last_checkpoint").read_text()) == {"version": filler + 50,
+                                                                  "size": 3}
     assert not (log / "._last_checkpoint.crc").exists()
     assert (log / f"{filler + 60:020d}.json").read_text() == "60"  # the real ones, moved
     assert (log / f"{7:020d}.json").read_text() == "1"  # a filler: version 1's commit
