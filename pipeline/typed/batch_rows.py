@@ -3,9 +3,13 @@
 
 The input is the batch's rows of the raw ``transactions``, ``records`` and ``images`` tables as
 the state tasks wrote them (the direct writer's Parquet files, in the order each call emitted
-its rows). Initial-state pseudo-transactions all have tsnr 0 and restart rsnr at 1, so the n-th
-tsnr-0 transaction of a key goes with the n-th occurrence of each rsnr/dsnr (``occurrence``,
-counted over the table's tsnr-0 rows, before any filter; a live transaction lands once).
+its rows). Initial-state pseudo-transactions all have tsnr 0 and restart rsnr at 1, so their
+rows are told apart by position (``occ``: the n-th pseudo-transaction of a key, counted over
+the table's tsnr-0 rows in order, before any filter; a live transaction lands once, occ 1):
+the n-th tsnr-0 transaction; the records from each rsnr 1 on (a pseudo-transaction's records
+are numbered 1, 2 …, however many it has); the images by their records' URBRDCNT, in order
+(a record answered with response 113 has none, so counting images per rsnr would hand the
+next pseudo-transaction's image to it: ``pseudo_occurrence``).
 Each record takes its transaction's dbid, commit time (an initial-state record its read time,
 ``versioning.change_time``), origin and landing time; each after or before image its record's
 columns.
@@ -33,7 +37,7 @@ CODED = ("_sub", "_dst", "epoch", "tsnr")
 FileKey = tuple[str, int, int]
 #: Columns read from each raw table.
 READ = {"transactions": (*KEYS, "dbid", "commit_time", "origin", "landed_at"),
-        "records": (*KEYS, "rsnr", "fnr", "isn", "type", "rsp", "record_time"),
+        "records": (*KEYS, "rsnr", "fnr", "isn", "type", "rsp", "record_time", "dcnt"),
         "images": (*KEYS, "rsnr", "dsnr", "image_type", "payload", "acode", "wcode", "arc")}
 
 
@@ -48,20 +52,84 @@ class FileBatch:
     images: pa.Table
 
 
-def _with_occurrence(table: pa.Table, *extra: str) -> pa.Table:
-    """``occ`` counted over the tsnr-0 rows only: a live transaction lands once per batch
-    (the state machine's rule), so its rows never repeat a key and are all the first
-    occurrence; hashing every live row to find that out costs a 20,000-message batch ~1 s
-    per task (URBDDSNR is unique within a record, so images never repeat one either)."""
+def _initial_rows(table: pa.Table) -> np.ndarray:
+    """Positions of the tsnr-0 rows, ordered by key and then table order (a stable sort)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
+
+    initial = np.flatnonzero(_is_initial(table))
+    if len(initial) < 2:
+        return initial
+    return initial[sort_indices(table.take(pa.array(initial)), CODED)]
+
+
+def _with_occurrence(table: pa.Table) -> pa.Table:
+    """Transactions: ``occ`` counted over the tsnr-0 rows only. A live transaction lands once
+    per batch (the state machine's rule), so its rows never repeat a key and are all the
+    first occurrence; hashing every live row to find that out costs a 20,000-message batch
+    ~1 s per task."""
+    import pyarrow as pa
 
     occ = np.ones(table.num_rows, np.int64)
-    initial = np.flatnonzero(pc.fill_null(pc.equal(table.column("tsnr"), 0), False)
-                             .to_numpy(zero_copy_only=False))
+    initial = np.flatnonzero(_is_initial(table))
     if len(initial) > 1:
-        occ[initial] = occurrence(table.take(pa.array(initial)), [*CODED, *extra])
+        occ[initial] = occurrence(table.take(pa.array(initial)), CODED)
     return table.append_column("occ", pa.array(occ))
+
+
+def _is_initial(table: pa.Table) -> np.ndarray:
+    import pyarrow.compute as pc
+
+    return pc.fill_null(pc.equal(table.column("tsnr"), 0), False).to_numpy(
+        zero_copy_only=False)
+
+
+def pseudo_occurrence(records: pa.Table, images: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """``occ`` of each record and image (module docstring): a key's tsnr-0 records start a
+    new pseudo-transaction at each rsnr that does not follow the one before; its tsnr-0
+    images are its records' URBRDCNT images, record by record. Images that do not line up
+    with their records (counts or rsnr differ: never for what the state machine lands) get
+    occ 0 and join no record: an image is never handed to another record's ISN."""
+    rec_occ = np.ones(records.num_rows, np.int64)
+    img_occ = np.ones(images.num_rows, np.int64)
+    recs = _initial_rows(records)
+    imgs = _initial_rows(images)
+    if not len(recs):
+        img_occ[imgs] = 0
+        return rec_occ, img_occ
+    keys = _key_codes(records, recs)
+    rsnr = _ints(records, "rsnr")[recs]
+    new = np.ones(len(recs), bool)
+    new[1:] = (keys[1:] != keys[:-1]) | (rsnr[1:] <= rsnr[:-1])
+    count = np.cumsum(new)
+    first = np.maximum.accumulate(np.where(_starts(keys), np.arange(len(recs)), 0))
+    ordinal = count - count[first] + 1
+    rec_occ[recs] = ordinal
+    dcnt = np.maximum(_ints(records, "dcnt")[recs], 0)
+    want_key, want_rsnr = np.repeat(keys, dcnt), np.repeat(rsnr, dcnt)
+    if (len(want_key) == len(imgs) and np.array_equal(want_key, _key_codes(images, imgs))
+            and np.array_equal(want_rsnr, _ints(images, "rsnr")[imgs])):
+        img_occ[imgs] = np.repeat(ordinal, dcnt)
+    else:
+        img_occ[imgs] = 0
+    return rec_occ, img_occ
+
+
+def _ints(table: pa.Table, name: str) -> np.ndarray:
+    import pyarrow.compute as pc
+
+    return pc.fill_null(table.column(name), -1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _key_codes(table: pa.Table, rows: np.ndarray) -> np.ndarray:
+    """One int per row for its (subscription, destination, epoch): equal keys, equal ints."""
+    sub, dst, epoch = (_ints(table, c)[rows] for c in ("_sub", "_dst", "epoch"))
+    return (sub << 42) ^ (dst << 21) ^ epoch
+
+
+def _starts(keys: np.ndarray) -> np.ndarray:
+    starts = np.ones(len(keys), bool)
+    starts[1:] = keys[1:] != keys[:-1]
+    return starts
 
 
 def _in_files(table: pa.Table, files: Collection[FileKey], *, dbid: bool) -> np.ndarray:
@@ -105,7 +173,9 @@ def file_batches(transactions: pa.Table, records: pa.Table, images: pa.Table,
                               images.select(list(READ["images"]))])
     txs = _with_occurrence(txs).select(
         [*CODED, "occ", "dbid", "commit_time", "origin", "landed_at"])
-    recs = _with_occurrence(recs, "rsnr")
+    rec_occ, img_occ = pseudo_occurrence(recs, imgs)
+    recs = recs.append_column("occ", pa.array(rec_occ)).drop_columns(["dcnt"])
+    imgs = imgs.append_column("occ", pa.array(img_occ))
     recs = recs.filter(pa.array(_in_files(recs, files, dbid=False)))
     if not recs.num_rows:
         return
@@ -117,8 +187,7 @@ def file_batches(transactions: pa.Table, records: pa.Table, images: pa.Table,
     recs = recs.set_column(recs.schema.get_field_index("commit_time"), "commit_time",
                            pc.if_else(read, recs.column("record_time"),
                                       recs.column("commit_time"))).drop_columns(["record_time"])
-    imgs = _with_occurrence(imgs, "rsnr", "dsnr").drop_columns(["subscription",
-                                                                 "destination"])
+    imgs = imgs.drop_columns(["subscription", "destination"])
     imgs = imgs.filter(pc.is_in(imgs.column("image_type"),
                                 value_set=pa.array(list(TYPED_IMAGE_TYPES))))
     imgs = imgs.join(recs, [*CODED, "occ", "rsnr"], join_type="inner")

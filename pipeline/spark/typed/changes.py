@@ -2,8 +2,9 @@
 rows an undecodable image is quarantined with, and the change each record makes.
 
 Points 1 to 3 of ``pipeline.spark.typed.stage``: transactions ⋈ records ⋈ images of the batch
-(the n-th tsnr-0 pseudo-transaction of a key matched with the n-th occurrence of each
-rsnr/dsnr, ``_seq``), and one change per record (``pipeline.typed.versioning``).
+(the n-th tsnr-0 pseudo-transaction of a key, in batch order ``_seq``: its records from an rsnr
+that does not follow the one before, its images by its records' URBRDCNT in order — the rule of
+``pipeline.typed.batch_rows``), and one change per record (``pipeline.typed.versioning``).
 """
 
 from __future__ import annotations
@@ -39,13 +40,47 @@ def _rows(batch: DataFrame, table: str) -> DataFrame:
     return parsed.select(*cols, "_seq")
 
 
-def _occurrence(frame: DataFrame, *extra: str) -> DataFrame:
-    """Number repeated keys (tsnr 0) in batch order: the n-th pseudo-transaction's rows."""
+def _occurrence(frame: DataFrame) -> DataFrame:
+    """Transactions: number repeated keys (tsnr 0) in batch order."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    window = Window.partitionBy(*KEYS, *extra).orderBy("_seq")
+    window = Window.partitionBy(*KEYS).orderBy("_seq")
     return frame.withColumn("occ", F.row_number().over(window)).drop("_seq")
+
+
+def _record_occurrence(frame: DataFrame) -> DataFrame:
+    """Records: a new pseudo-transaction at each rsnr that does not follow the one before
+    (``occ``), and where each record's images end in its key's images (``_img_end``)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    ordered = Window.partitionBy(*KEYS).orderBy("_seq")
+    running = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    before = F.lag("rsnr").over(ordered)
+    new = (before.isNull() | (F.col("rsnr") <= before)).cast("int")
+    return (frame.withColumn("_new", new)
+            .withColumn("occ", F.sum("_new").over(running))
+            .withColumn("_img_end", F.sum(F.coalesce("dcnt", F.lit(0))).over(running))
+            .drop("_new", "_seq"))
+
+
+def _image_occurrence(images: DataFrame, records: DataFrame) -> DataFrame:
+    """Images: a live one is its transaction's (occ 1); the n-th tsnr-0 image of a key is the
+    one its records' URBRDCNT place n-th, and one whose rsnr is not that record's joins none
+    (never another record's ISN)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    initial = F.col("tsnr") == 0
+    place = (records.where(initial & (F.col("dcnt") > 0))
+             .select(*KEYS, "rsnr", "occ", F.explode(F.sequence(
+                 F.col("_img_end") - F.col("dcnt") + 1, F.col("_img_end"))).alias("_img")))
+    ordered = Window.partitionBy(*KEYS).orderBy("_seq")
+    placed = (images.where(initial).withColumn("_img", F.row_number().over(ordered))
+              .drop("_seq").join(place, [*KEYS, "rsnr", "_img"]).drop("_img"))
+    live = images.where(~initial).drop("_seq").withColumn("occ", F.lit(1))
+    return live.unionByName(placed.select(*live.columns))
 
 
 def joined_rows(batch: DataFrame, settings: Settings) -> tuple[DataFrame, DataFrame]:
@@ -82,7 +117,8 @@ def _joined(frames: Mapping[str, DataFrame], settings: Settings) -> tuple[DataFr
 
     txs = _occurrence(frames["transactions"]).select(
         *KEYS, "occ", "dbid", "commit_time", "origin", "landed_at")
-    recs = (_occurrence(frames["records"], "rsnr")
+    numbered = _record_occurrence(frames["records"])
+    recs = (numbered
             .select(*KEYS, "occ", "rsnr", "fnr", "isn", F.col("type").alias("record_type"),
                     "rsp", "record_time")
             .join(txs, [*KEYS, "occ"])
@@ -92,7 +128,7 @@ def _joined(frames: Mapping[str, DataFrame], settings: Settings) -> tuple[DataFr
                 (F.col("record_type") == "R") & F.col("record_time").isNotNull(),
                 F.col("record_time")).otherwise(F.col("commit_time")))
             .drop("record_time"))
-    imgs = (_occurrence(frames["images"], "rsnr", "dsnr")
+    imgs = (_image_occurrence(frames["images"], numbered)
             .select(*KEYS, "occ", "rsnr", "dsnr", "image_type", "payload", "acode", "wcode",
                     "arc")
             .where(F.col("image_type").isin(*TYPED_IMAGE_TYPES))

@@ -48,10 +48,11 @@ class Batch:
         self.changes: list[dict] = []  # what the reference models see
 
     def tx(self, tsnr: int, sec: float, records: list[tuple], *, origin: str = "live",
-           epoch: int = 1, destination: str = "OUT1", read: dict[int, float] | None = None
-           ) -> Batch:
+           epoch: int = 1, destination: str = "OUT1", read: dict[int, float] | None = None,
+           gone: frozenset[int] = frozenset()) -> Batch:
         """records: (isn, type, before (color, code) | None, after | None | b'raw');
-        ``read``: ISN -> second an initial-state record was read at (URBRTIME)."""
+        ``read``: ISN -> second an initial-state record was read at (URBRTIME); ``gone``:
+        ISNs answered with response 113 (no such ISN)."""
         names = {"subscription": "COLOR", "destination": destination, "epoch": epoch,
                  "tsnr": tsnr}
         commit = T0 + timedelta(seconds=sec)
@@ -60,16 +61,18 @@ class Batch:
             "landed_at": T0})
         for rsnr, (isn, typ, before, after) in enumerate(records, start=1):
             record_time = (T0 + timedelta(seconds=read[isn])) if read and isn in read else None
-            self.tables["records"].append({**names, "rsnr": rsnr, "fnr": 4, "isn": isn,
-                                           "type": typ, "record_time": record_time})
             images = [(t, v) for t, v in (("B", before), ("A", after)) if v is not None]
+            self.tables["records"].append({**names, "rsnr": rsnr, "fnr": 4, "isn": isn,
+                                           "type": typ, "record_time": record_time,
+                                           "dcnt": len(images),
+                                           "rsp": 113 if isn in gone else 0})
             for dsnr, (t, v) in enumerate(images, start=1):
                 payload = v if isinstance(v, bytes) else encode_payload(
                     {"color": v[0], "code": Decimal(v[1])}, self.layout, ebcdic=True)
                 self.tables["images"].append({**names, "rsnr": rsnr, "dsnr": dsnr,
                                               "image_type": t, "payload": payload, "acode": 0,
                                               "wcode": 0, "arc": 0})
-            action = action_of(typ, isinstance(after, tuple))
+            action = action_of(typ, isinstance(after, tuple), 113 if isn in gone else 0)
             own = after if action == "upsert" else before  # a row shows its change's own image
             self.changes.append({
                 "isn": isn, "action": action,
@@ -161,6 +164,10 @@ def _batches(settings: Settings) -> list[Batch]:
              # ISN 7 read at 24 s by a chunk stamped 25 s: the live update at 24.5 s is newer
              .tx(9, 24.5, [(7, "U", ("OLD7", 0), ("LIVE7", 7))])
              .tx(0, 25, [(7, "R", None, ("INIT7", -7))], origin="initial_state", read={7: 24})
+             # ISN 8 answered 113 (no image) before a pseudo-transaction whose first record
+             # has one: ISN 9's image is ISN 9's, never ISN 8's
+             .tx(0, 27, [(8, "R", None, None)], origin="initial_state", gone=frozenset({8}))
+             .tx(0, 28, [(9, "R", None, ("INIT9", 9))], origin="initial_state")
              # an after image that does not match the layout
              .tx(6, 31, [(5, "I", None, b"\x00" * 5)]))
     second = (Batch(settings)
@@ -213,11 +220,12 @@ def test_current_state_rules(spark, landed) -> None:
     assert 3 not in current and 6 not in current                   # deletes remove
     assert current[4][:4] == ("INIT4", Decimal(-4), False, False)   # resend: unverified
     assert current[5][:4] == (None, None, False, False)             # bad image: unverified
+    assert 8 not in current and current[9][:4] == ("INIT9", Decimal(9), False, True)  # 113
 
 
 def test_tombstones_bury_late_changes_until_their_retention(spark, landed) -> None:
     settings, _, _, after = landed
-    assert set(after[1]["tombstones"]) == {3, 6}
+    assert set(after[1]["tombstones"]) == {3, 6, 8}
     assert "ZOMBIE" not in {row[0] for row in after[1]["current"].values()}
     assert set(after[2]["tombstones"]) == {3}, "ISN 6 purged, ISN 3 rewritten and kept"
     assert [r.destination for r in _read(spark, settings, "tombstones_color_4")] == ["OUT2"]
@@ -257,7 +265,7 @@ def test_bad_image_is_quarantined_and_initial_state_rows_keep_their_isn(spark, l
     assert "layout COLOR/10006/4" in q[0].reason
     changes = spark.read.format("delta").load(table_path(settings, "changes_color_4"))
     init = {(r.isn, r.color) for r in changes.where("tsnr = 0").collect()}
-    assert init == {(1, "INIT1"), (2, "INIT2"), (4, "INIT4"), (7, "INIT7")}
+    assert init == {(1, "INIT1"), (2, "INIT2"), (4, "INIT4"), (7, "INIT7"), (9, "INIT9")}
 
 
 def _crash(*_args, **_kwargs) -> None:

@@ -147,7 +147,7 @@ class Batch:
             "landed_at": T0})
         for rsnr, (isn, typ, images) in enumerate(records, start=1):
             self.tables["records"].append({**names, "rsnr": rsnr, "fnr": fnr, "isn": isn,
-                                           "type": typ})
+                                           "type": typ, "dcnt": len(images)})
             for dsnr, (image_type, payload, (acode, wcode, arc)) in enumerate(images, start=1):
                 self.tables["images"].append({
                     **names, "rsnr": rsnr, "dsnr": dsnr, "image_type": image_type,
