@@ -12,7 +12,9 @@ reads, reassembles, asks the simulator to resend what was lost, and lands everyt
 A transaction lost early is gone from the resend buffer by the time it is asked for: the
 replicator answers TRSP 131/35 and its gap ends unrecoverable, tsnr by tsnr. At the end it
 prints what landed: rows per table, gaps and their states, duplicates, alerts sent,
-quarantined messages.
+quarantined messages. Last, with the job still running, it corrupts one row of
+``current_color_4`` by hand and runs one ``urbpipe reconcile`` round over every ISN of the file:
+the round finds the row (``differs``), the job's landing of the answer repairs it.
 """
 
 from __future__ import annotations
@@ -113,6 +115,28 @@ def report(spark, settings: Settings) -> None:
         truncate=80)
 
 
+def reconcile_round(settings: Settings) -> None:
+    """Corrupt one ``current_`` row of COLOR/4 by hand, then one full reconciliation round."""
+    from deltalake import DeltaTable
+
+    from pipeline.ops.reconcile_cli import describe
+    from pipeline.ops.reconcile_cmd import Options, run_round
+    from pipeline.spark.land.tables import table_path
+
+    path = table_path(settings, "current_color_4")
+    rows = DeltaTable(path).to_pyarrow_table(columns=["isn", "color", "deleted"]).to_pylist()
+    live = sorted(r["isn"] for r in rows if not r["deleted"])
+    if not live:
+        print("\n== reconcile: no COLOR row to corrupt ==")
+        return
+    DeltaTable(path).update(updates={"color": "'CORRUPTED'"}, predicate=f"isn = {live[0]}")
+    print(f"\n== reconcile: ISN {live[0]} of current_color_4 corrupted by hand (color = "
+          "'CORRUPTED'); one full round (urbpipe reconcile --file COLOR/4 --full) ==", flush=True)
+    result = run_round(settings, Options(files=("COLOR/4",), full=True, timeout=120),
+                       progress=lambda line: print(f"  {line}", flush=True))
+    print(describe(result))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devtools.demo", description=__doc__)
     parser.add_argument("--conf-file", default=None)
@@ -142,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         await_idle(query, timeout_s=args.timeout, quiet_batches=3,
                    until=lambda: sim.streamed.is_set() and gaps_settled(settings))
+        reconcile_round(settings)
     finally:
         sim.stop()
         stop_between_batches(query)

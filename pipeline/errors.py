@@ -15,6 +15,7 @@ USAGE = 2  # bad arguments or an invalid conf file
 UNREACHABLE = 3  # the broker or the lake could not be reached
 # 4: an internal error (pipeline/ops/cli.py INTERNAL_ERROR)
 REFUSED = 5  # Kafka refused us: authentication, TLS handshake or authorization
+DRIFT = 6  # urbpipe reconcile: the lake did not equal Adabas for some ISN (repaired or not)
 
 
 class OpsError(Exception):

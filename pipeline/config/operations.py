@@ -27,6 +27,28 @@ _FAST_S3A_LIST = "spark.hadoop.delta.enableFastS3AListFrom"
 
 
 
+class Reconcile(Model):
+    """``urbpipe reconcile`` (``pipeline.ops.reconcile_cmd``): the lake's typed tables compared
+    with Adabas through INST by ISN list."""
+
+    # ISNs a round asks for per file when neither --isns nor --full chooses them.
+    sample: int = Field(100, ge=1, le=1_000_000)
+    # ISNs one INST request lists (the replicator's limit on an ISN list); the round sends its
+    # requests one at a time (one in flight: never refused by the replicator's IMAXREQ).
+    max_isns_per_request: int = Field(500, ge=1, le=100_000)
+    # How long a round waits for the replicator's replies, for the job to land the answers,
+    # and for the watermark to pass the answers' read time.
+    timeout_seconds: float = Field(300.0, gt=0)
+    # A file whose share of drifted ISNs in a round passes this is named a warning in the
+    # round's output (any drift is exit code 6; the ratio names the files worth a look first).
+    drift_warning_ratio: float = Field(0.01, ge=0, le=1)
+    # The repair (read by the job): the answers of a round land like any initial-state
+    # record, so a row found different or missing takes the answered image as its new version
+    # and a row Adabas does not have is removed with a tombstone. false: the answers land in
+    # changes_ only (origin 'reconcile') and a round reports drift without changing a row.
+    repair: bool = True
+
+
 class Maintenance(Model):
     """Compaction, vacuum and log checkpoints of the job's tables (``urbpipe maintain``,
     ``pipeline.ops.maintain``)."""

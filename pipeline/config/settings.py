@@ -23,6 +23,7 @@ from pipeline.config.operations import (
     Catalog,
     Maintenance,
     ObjectStore,
+    Reconcile,
     SparkSettings,
 )
 from pipeline.config.source import Replicator, Subscription, Topics
@@ -92,6 +93,7 @@ class Settings(Model):
     object_store: ObjectStore = ObjectStore()
     maintenance: Maintenance = Maintenance()
     catalog: Catalog = Catalog()
+    reconcile: Reconcile = Reconcile()
     alertmanager: Alertmanager = Alertmanager()
     base_dir: str = "."
 

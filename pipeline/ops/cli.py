@@ -22,7 +22,7 @@ from typing import Any
 from pipeline import errors
 from pipeline.config import ConfigError, Settings, load_settings
 from pipeline.errors import BrokerUnreachable, OpsError, UsageError
-from pipeline.ops import catalog_cmd
+from pipeline.ops import catalog_cmd, reconcile_cli
 
 INTERNAL_ERROR = 4
 CLOSED_PIPE = 141  # standard output closed by its reader (`| head`): 128 + SIGPIPE
@@ -36,6 +36,7 @@ EXIT_CODES = f"""exit codes:
   {INTERNAL_ERROR}  internal error (a bug: rerun with URBPIPE_DEBUG=1 and report it)
   {errors.REFUSED}  Kafka refused us: authentication failed, TLS handshake failed, or an ACL
      is missing
+  {errors.DRIFT}  urbpipe reconcile: the lake did not equal Adabas for some ISN
   {CLOSED_PIPE}  standard output closed by its reader (e.g. | head): nothing more printed"""
 _RELATIVE = re.compile(r"^(\d+)\s*([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -564,6 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "nothing")
 
     catalog_cmd.add_parsers(subs, _sub, _group)
+    reconcile_cli.add_parser(subs, _sub)
 
     p = _sub(subs, "dump", "decode captured messages (python -m pipeline.urb dump)",
              "Print messages like the replicator documentation does; exit 1 when some do not "

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from pipeline.payload.layout import RecordLayout
 
-Origin = str  # "live" | "resend" | "initial_state"
+Origin = str  # "live" | "resend" | "initial_state" | "reconcile"
 
 
 class RecordOut(NamedTuple):

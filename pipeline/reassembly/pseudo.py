@@ -19,7 +19,21 @@ request of the job's for its (token, dbid, fnr) that still waits for it (``InstT
 from __future__ import annotations
 
 from pipeline.reassembly.assembler import Partial
+from pipeline.reassembly.events import Origin
 from pipeline.reassembly.initial_state import InstState, InstTrack
+
+#: Every request token ``urbpipe reconcile`` sends starts with this (URBTRTOK, 8 characters):
+#: the answers' pseudo-transactions land with origin ``reconcile``.
+RECONCILE_TOKEN_PREFIX = "RCN"
+#: The origin of the rows such a pseudo-transaction lands.
+RECONCILE_ORIGIN: Origin = "reconcile"
+
+
+def origin(p: Partial) -> Origin:
+    """A pseudo-transaction's origin: ``reconcile`` when it answers a reconciliation round's
+    request (its token), else ``initial_state``."""
+    return (RECONCILE_ORIGIN if p.token.startswith(RECONCILE_TOKEN_PREFIX)
+            else "initial_state")
 
 
 def is_copy(inst: InstState, p: Partial) -> bool:

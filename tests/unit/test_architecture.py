@@ -32,8 +32,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # settings (and the Kafka/object-store settings they carry)
     ("pipeline.config", "pipeline.kafka_security", "pipeline.kafka_refusal",
      "pipeline.objectstore", "pipeline.alertmanager"),
-    # engine-free typed-table rules, and the replicator simulator
-    ("pipeline.typed",),
+    # engine-free typed-table rules, and the reconciliation's verdicts and rounds
+    ("pipeline.typed", "pipeline.reconciliation"),
     # Spark: landing the raw tables, then the typed ones, then the engine that wires them
     ("pipeline.spark", "pipeline.spark.land"),
     ("pipeline.spark.typed",),

@@ -64,7 +64,7 @@ class Placing(Context):
             self._duplicate(0, "initial-state pseudo-transaction delivered again", None, p)
             return
         pseudo.note_received(self.st.inst, p)
-        self._land(assembler.finish(p, self.key, self.st.epoch, "initial_state", self.now))
+        self._land(assembler.finish(p, self.key, self.st.epoch, pseudo.origin(p), self.now))
 
     def _place(self, tsnr: int, fp: int | None, flagged: bool, before: bool, fresh: bool
                ) -> tuple[Verdict, int | None]:

@@ -89,8 +89,9 @@ COLUMNS: dict[str, dict[str, Doc]] = {
         "resent": _D("URBTPTRN = 'Y': resent by a prior-transaction (TRAN) request; carries "
                      "before images only."),
         "possibly_resent": _D("URBTRSND = 'Y': the replicator may have sent it before."),
-        "origin": _D("How it reached the lake: 'live', 'resend' (answer to a TRAN request) or "
-                     "'initial_state' (answer to an INST request)."),
+        "origin": _D("How it reached the lake: 'live', 'resend' (answer to a TRAN request), "
+                     "'initial_state' (answer to an INST request) or 'reconcile' (answer to "
+                     "an INST of urbpipe reconcile, token RCN...)."),
         "token": _D("Request token (URBTRTOK) of an initial-state reply; blank otherwise."),
         "first_partition": _D("Kafka partition of the transaction's first message."),
         "first_offset": _D("Kafka offset of the transaction's first message."),

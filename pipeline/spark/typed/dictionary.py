@@ -40,7 +40,8 @@ _KEYS: dict[str, Doc] = {
     "image_type": _D("URBDTYP: 'A' after image, 'B' before image (K images stay in images)."),
     "commit_time": _D("Commit time of the change's transaction (URBTTTIM; for an "
                       "initial-state record its read time URBRTIME), UTC. " + _VERSION),
-    "origin": _D("'live', 'resend' (TRAN answer, before images only) or 'initial_state'."),
+    "origin": _D("'live', 'resend' (TRAN answer, before images only), 'initial_state' or "
+                  "'reconcile' (an answer to urbpipe reconcile's INST)."),
     "batch_id": _D("Streaming micro-batch that wrote the row."),
     "deleted": _D("The ISN's newest change is a delete (deletes: mark keeps the row; with "
                   "remove, current_ never shows one)."),

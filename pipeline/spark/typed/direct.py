@@ -92,7 +92,7 @@ def file_plan(settings: Settings, lay: Layout, spec: DecodeSpec | VersionedSpec,
                     label=f"{lay.subscription}/{lay.dbid}/{lay.fnr}",
                     tables={k: (name, table_path(settings, name)) for k, name in kinds.items()},
                     spec=spec, deletes=lay.deletes, retention_us=retention,
-                    cutoffs_us=tuple(cutoffs_us))
+                    cutoffs_us=tuple(cutoffs_us), repair=settings.reconcile.repair)
 
 
 def land_files(spark: SparkSession, settings: Settings,

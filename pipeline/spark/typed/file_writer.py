@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pipeline.reassembly.pseudo import RECONCILE_ORIGIN as RECONCILE
 from pipeline.spark.typed.history_files import land_history
 from pipeline.typed.batch_rows import (
     CODED,
@@ -90,6 +91,7 @@ class FilePlan:
     deletes: str
     retention_us: int | None
     cutoffs_us: tuple[int, ...] = ()
+    repair: bool = True  # reconcile.repair: answers of urbpipe reconcile reach current/history
 
 
 @dataclass(frozen=True)
@@ -230,13 +232,24 @@ def _land_file(plan: FilePlan, tables: dict[str, Any], batch: FileBatch,
                 _app(work, "changes", plan), work.batch_id)
     clock.lap("changes")
     if values:  # a file with no layout yet has no value columns to MERGE
-        changes = record_changes(batch.records, good, values)
+        changes = record_changes(_repairing(batch.records, plan.repair), good, values)
         _merge_current(plan, tables, changes, work)
         clock.lap("current")
         if "history" in tables:
             _merge_history(plan, tables["history"], changes, work)
             clock.lap("history")
     return result
+
+
+def _repairing(records: pa.Table, repair: bool) -> pa.Table:
+    """The records whose change reaches the current table and the history: without the
+    repair (``reconcile.repair: false``) not the answers of ``urbpipe reconcile``."""
+    import pyarrow.compute as pc
+
+    if repair:
+        return records
+    return records.filter(pc.fill_null(pc.not_equal(records.column("origin"), RECONCILE),
+                                       True))
 
 
 def _app(work: TypedWork, kind: str, plan: FilePlan) -> str:

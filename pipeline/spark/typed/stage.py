@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Layout, Settings
 from pipeline.payload import spark_ddl
+from pipeline.reassembly.pseudo import RECONCILE_ORIGIN as RECONCILE
 from pipeline.spark.land.batch_writer import LandedBatch
 from pipeline.spark.land.tables import table_path
 from pipeline.spark.land.writes import append_once, append_rows
@@ -371,6 +372,8 @@ def _write_file(spark: SparkSession, lay: Layout, settings: Settings,
             append_once(quarantine_rows(bad, lay, batch_id), table_path(settings, "quarantine"),
                         f"{app_id}-quarantine-{name}", batch_id)
         file_recs = recs.where(mine)
+        if not settings.reconcile.repair:  # answers of urbpipe reconcile: changes_ only
+            file_recs = file_recs.where(F.col("origin") != RECONCILE)
         if values:  # a file with no layout yet has no value columns to MERGE
             _merge_file(spark, lay, settings, record_changes(file_recs, good, values), values,
                         batch_id, app_id, horizon_us, cutoffs_us)

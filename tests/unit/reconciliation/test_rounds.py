@@ -1,0 +1,65 @@
+"""A round's plan and what it proves, without Spark or Kafka."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta
+
+import pytest
+
+from pipeline.reassembly.pseudo import RECONCILE_TOKEN_PREFIX
+from pipeline.reconciliation import rounds
+from pipeline.reconciliation.verdicts import Verdict
+
+T0 = datetime(2026, 11, 29, 8)
+
+
+def verdict(isn: int, name: str, read_s: float | None = 1) -> Verdict:
+    read = None if read_s is None else (T0 + timedelta(seconds=read_s), 1, 0, 1)
+    return Verdict(isn, name, answer_version=read)  # type: ignore[arg-type]
+
+
+def test_token_is_eight_characters_with_the_prefix_the_job_knows() -> None:
+    token = rounds.round_token(random.Random(1))
+    assert len(token) == 8 and token.startswith(RECONCILE_TOKEN_PREFIX)
+    assert token != rounds.round_token(random.Random(2))
+
+
+def test_expand_asks_every_isn_of_a_range_by_name() -> None:
+    assert rounds.expand([5, (1, 3), 2]) == [1, 2, 3, 5]
+    with pytest.raises(ValueError, match="goes upwards"):
+        rounds.expand([(9, 3)])
+    with pytest.raises(ValueError, match="more than 10"):
+        rounds.expand([(1, 11)], limit=10)
+
+
+def test_choose_all_or_a_reproducible_sample() -> None:
+    known = range(1, 101)
+    assert rounds.choose(known, sample=None, rng=random.Random(0)) == list(known)
+    a = rounds.choose(known, sample=10, rng=random.Random(7))
+    assert len(a) == 10 and a == sorted(a) and set(a) <= set(known)
+    assert a == rounds.choose(known, sample=10, rng=random.Random(7))
+    assert rounds.choose([3, 1], sample=10, rng=random.Random(0)) == [1, 3]
+
+
+def test_chunks_respect_the_requests_limit() -> None:
+    assert list(rounds.chunks(list(range(1, 8)), 3)) == [[1, 2, 3], [4, 5, 6], [7]]
+
+
+def test_verified_through_only_for_a_full_round_with_everything_equal_or_repaired() -> None:
+    equal = [verdict(1, "match", 5), verdict(2, "match", 3)]
+    assert rounds.verified_through(equal, set(), full=True) == T0 + timedelta(seconds=3)
+    assert rounds.verified_through(equal, set(), full=False) is None
+    drift = [*equal, verdict(3, "differs", 4)]
+    assert rounds.verified_through(drift, set(), full=True) is None
+    assert rounds.verified_through(drift, {3}, full=True) == T0 + timedelta(seconds=3)
+    assert rounds.verified_through([*equal, verdict(4, "unanswered", None)], set(),
+                                   full=True) is None
+    assert rounds.verified_through([], set(), full=True) is None
+
+
+def test_drift_ratio_counts_judged_isns_only() -> None:
+    got = rounds.drift_ratio([verdict(1, "match"), verdict(2, "extra_in_lake"),
+                              verdict(3, "unanswered", None), verdict(4, "missing_in_lake")])
+    assert got == pytest.approx(2 / 3)
+    assert rounds.drift_ratio([]) == 0.0
