@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
-from pipeline.config import ConfigError, load_settings
+from pipeline.config import ConfigError, Settings, load_settings
 from pipeline.spark.engine.drain import stop_between_batches
 
 #: how long SIGTERM/SIGINT let a running batch finish before stopping it anyway
@@ -51,6 +51,15 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if settings.reconcile.every_minutes is not None:  # in-job rounds need a file to check
+        from pipeline.errors import UsageError
+        from pipeline.ops.reconcile_cmd import targets
+
+        try:
+            targets(settings, ())
+        except UsageError as exc:
+            print(f"error: reconcile.every_minutes: {exc}", file=sys.stderr)
+            return 2
     from pipeline.errors import REFUSED, KafkaRefused
     from pipeline.ops.topic_check import KafkaOutOfReach, TopicCheckError, check_start
 
@@ -70,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     slow_log = advice(settings, args.trigger)  # a conf that slows every commit in weeks
     if slow_log:
         logging.getLogger("urbpipe").warning(slow_log)
-    from pipeline.ops.metrics import job_metrics
+    from pipeline.ops.metrics import JobMetrics, job_metrics
     from pipeline.spark.engine.query import start_stream
     from pipeline.spark.engine.session import build_session
     from pipeline.spark.land.kafka_out import KafkaUnreachable
@@ -80,8 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:  # e.g. spark-submit without the jars
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    observed: list[JobMetrics] = []
+
+    def observe(session: object, conf: Settings) -> JobMetrics:
+        observed.append(job_metrics(session, conf))
+        return observed[-1]
+
     try:
-        query = start_stream(spark, settings, trigger_interval=args.trigger, observe=job_metrics)
+        query = start_stream(spark, settings, trigger_interval=args.trigger, observe=observe)
     except ConfigError as exc:  # e.g. a layout its typed tables cannot take (reconcile.py)
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -92,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return REFUSED
     logging.getLogger("urbpipe").info("query %s started (id %s)", query.name, query.id)
+    schedule = None
+    if settings.reconcile.every_minutes is not None:  # in-job reconciliation rounds
+        from pipeline.ops.reconcile_schedule import ReconcileSchedule
+
+        schedule = ReconcileSchedule(settings, observed[-1].reconciled).start()
 
     # The handler only records the signal: it runs on the main thread while that thread is
     # inside a py4j call (awaitTermination), and a py4j call from the handler (query.stop())
@@ -115,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # StreamingQueryException: the job failed, say why in one line
         logging.getLogger("urbpipe").error("query failed: %s", str(exc).splitlines()[0])
         return 1
+    finally:
+        if schedule is not None:
+            schedule.stop()
     return 0
 
 

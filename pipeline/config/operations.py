@@ -47,6 +47,12 @@ class Reconcile(Model):
     # and a row Adabas does not have is removed with a tombstone. false: the answers land in
     # changes_ only (origin 'reconcile') and a round reports drift without changing a row.
     repair: bool = True
+    # In-job rounds (pipeline/ops/reconcile_schedule.py): every this many minutes the running
+    # job runs a round (``scheduled_round``: a random ``sample`` per file, or ``full``: every
+    # ISN the lake knows) in a driver thread; its figures are metrics (urbpipe_reconcile_*).
+    # None: off (run ``urbpipe reconcile`` from a scheduler instead).
+    every_minutes: float | None = Field(None, gt=0)
+    scheduled_round: Literal["sample", "full"] = "sample"
 
 
 class Maintenance(Model):

@@ -390,6 +390,12 @@ class JobMetrics:
     def batch_keys(self, batch_id: int, stats: list[dict[str, Any]]) -> None:
         self.listener.record_batch_keys(batch_id, stats)
 
+    def reconciled(self, figures: dict[str, Any]) -> None:
+        """An in-job reconciliation round's figures (``reconcile_schedule.summary``): on
+        Prometheus when the job serves it (the round logs them in any case)."""
+        if self.listener.prometheus is not None:
+            self.listener.prometheus.reconciled(figures)
+
     def started(self, query: Any) -> None:
         """Only this query's progress counts from now on."""
         self.listener.query_name = query.name

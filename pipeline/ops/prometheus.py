@@ -39,6 +39,8 @@ PHASES = ("state", "delta", "typed", "kafka", "maintain", "watch", "latency")
 
 KEY = ("destination", "subscription")
 FILE = ("destination", "subscription", "dbid", "fnr")
+RECONCILE_FILE = ("subscription", "dbid", "fnr")
+VERDICTS = ("match", "differs", "missing_in_lake", "extra_in_lake", "unanswered")
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,18 @@ CATALOG: tuple[Metric, ...] = (
        "how long the last in-job maintenance round took"),
     _m("maintenance", "urbpipe_maintenance_interval_seconds", "gauge", (),
        "maintenance.every_minutes in seconds (only when set)"),
+    _m("reconcile", "urbpipe_reconcile_rounds_total", "counter", (),
+       "in-job reconciliation rounds finished (reconcile.every_minutes) since the job started"),
+    _m("reconcile", "urbpipe_reconcile_last_round_timestamp_seconds", "gauge", (),
+       "when the last in-job reconciliation round ended"),
+    _m("reconcile", "urbpipe_reconcile_isns_total", "counter", (*RECONCILE_FILE, "verdict"),
+       "ISNs the in-job rounds compared with Adabas, by verdict (match, differs, "
+       "missing_in_lake, extra_in_lake, unanswered)"),
+    _m("reconcile", "urbpipe_reconcile_repaired_total", "counter", RECONCILE_FILE,
+       "drifted rows the in-job rounds saw repaired by the job's landing of the answers"),
+    _m("reconcile", "urbpipe_reconcile_verified_through_timestamp_seconds", "gauge",
+       RECONCILE_FILE, "the file's verified_through: every ISN compared and found equal (or "
+       "repaired) up to this time, by the last full round that proved it"),
 )
 BY_NAME = {m.name: m for m in CATALOG}
 
@@ -181,6 +195,8 @@ def job_view(settings: Settings, started: float | None = None,
     every = settings.maintenance.every_minutes
     view = JobView(started or time.time(), settings.stream.freshness_objective_seconds,
                    every * 60 if every else None)
+    if settings.reconcile.every_minutes is not None:  # in-job rounds: counted from 0
+        view.scalars["urbpipe_reconcile_rounds_total"] = 0
     for key in sorted({(d, s.name) for s in settings.subscriptions for d in s.destinations}):
         _key_defaults(view, key)
     for (dbid, fnr), is_stale in (stale or {}).items():
@@ -286,6 +302,22 @@ def _observe_counts(view: JobView, counts: Mapping[str, Any]) -> None:
     s["urbpipe_maintenance_skipped_total"] += max(0, int(counts.get("maint_skipped", 0)))
 
 
+def observe_reconcile(view: JobView, figures: Mapping[str, Any]) -> None:
+    """One in-job reconciliation round (``pipeline.ops.reconcile_schedule.summary``)."""
+    s = view.scalars
+    s["urbpipe_reconcile_rounds_total"] = s.get("urbpipe_reconcile_rounds_total", 0) + 1
+    s["urbpipe_reconcile_last_round_timestamp_seconds"] = figures["at"]
+    for f in figures["files"]:
+        labels = (f["subscription"], str(f["dbid"]), str(f["fnr"]))
+        for verdict in VERDICTS:
+            view.add("urbpipe_reconcile_isns_total", (*labels, verdict),
+                     f["verdicts"].get(verdict, 0))
+        view.add("urbpipe_reconcile_repaired_total", labels, f["repaired"])
+        if f["verified_through"] is not None:
+            view.set("urbpipe_reconcile_verified_through_timestamp_seconds", labels,
+                     f["verified_through"])
+
+
 def samples(view: JobView, now: float) -> dict[str, dict[tuple[str, ...], float]]:
     """Every catalogue metric's series at ``now``: the view's, plus the ones computed now."""
     out = {name: dict(values) for name, values in view.series.items()}
@@ -314,6 +346,10 @@ class ViewCollector:
     def update(self, record: Mapping[str, Any]) -> None:
         with self._lock:
             observe(self._view, record)
+
+    def reconciled(self, figures: Mapping[str, Any]) -> None:
+        with self._lock:
+            observe_reconcile(self._view, figures)
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -348,6 +384,9 @@ class PrometheusExporter:
 
     def observe(self, record: Mapping[str, Any]) -> None:
         self.collector.update(record)
+
+    def reconciled(self, figures: Mapping[str, Any]) -> None:
+        self.collector.reconciled(figures)
 
     def close(self) -> None:
         self.server.shutdown()

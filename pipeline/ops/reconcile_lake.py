@@ -151,8 +151,10 @@ def answers(lake: Lake, files: FileTables, after: dict[int, datetime],
     ``records``, the record's values from ``changes_`` (an answer whose image is not in
     ``changes_`` yet has not fully landed and is left out)."""
     lay = files.lay
-    where = (_isin(after) & (pc.field("type") == "R") & (pc.field("fnr") == lay.fnr)
-             & (pc.field("subscription") == lay.subscription))
+    # tsnr 0 first: the only statistic that skips files (a batch without a pseudo-transaction
+    # has none); the rest are kept per row
+    where = ((pc.field("tsnr") == 0) & _isin(after) & (pc.field("type") == "R")
+             & (pc.field("fnr") == lay.fnr) & (pc.field("subscription") == lay.subscription))
     records = scan(lake, "records", ["isn", "epoch", "rsnr", "rsp", "record_time"], where)
     newest: dict[int, dict[str, Any]] = {}
     for row in records.to_pylist() if records is not None else []:
@@ -178,7 +180,8 @@ def _answer_images(lake: Lake, files: FileTables, newest: dict[int, dict[str, An
                    fields: list[str]) -> dict[tuple[int, datetime], dict[str, Any]]:
     if not newest:
         return {}
-    where = _isin(newest) & (pc.field("record_type") == "R") & (pc.field("image_type") == "A")
+    where = ((pc.field("tsnr") == 0) & _isin(newest) & (pc.field("record_type") == "R")
+             & (pc.field("image_type") == "A"))
     rows = scan(lake, files.changes, ["isn", "commit_time", *fields], where)
     out: dict[tuple[int, datetime], dict[str, Any]] = {}
     for row in rows.to_pylist() if rows is not None else []:

@@ -8,7 +8,8 @@ loading the topic:
    conf/test.yaml's at the same time);
 3. the job restarts from its checkpoint with the catalog on and EMPLOYEE's layout added; it
    makes the new file's typed tables and names them, and lands the images that arrive after
-   the restart into them;
+   the restart into them; with ``reconcile.every_minutes`` it also runs full reconciliation
+   rounds of COLOR/4 in its driver thread, which find no drift;
 4. ``urbpipe catalog serve`` and beeline: every table of the lake is listed and read by name
    with the same rows the Delta log holds, the names sync made survived the restart, and the
    layout added at the restart is there with its columns' comments.
@@ -35,6 +36,8 @@ from pipeline.spark.engine import metastore
 from pipeline.spark.typed.tables import job_tables
 from tests.e2e.catalog_clients import Command, beeline
 from tests.faults.helpers import (
+    COLOR_EBCDIC,
+    EMPLOYEE_ASCII,
     Job,
     PacedLoad,
     assert_exactly_once,
@@ -58,12 +61,13 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _variant(conf: Path, out: Path, *, fnrs: list[int], catalog: dict[str, Any]
-             ) -> tuple[Settings, Path]:
+def _variant(conf: Path, out: Path, *, fnrs: list[int], catalog: dict[str, Any],
+             reconcile: dict[str, Any] | None = None) -> tuple[Settings, Path]:
     """``conf`` (same topics, lake and checkpoint) with these files' layouts and catalog."""
     raw = yaml.safe_load(conf.read_text())
     raw["layouts"] = [lay for lay in raw["layouts"] if lay["fnr"] in fnrs]
     raw["catalog"] = catalog
+    raw["reconcile"] = reconcile or {}
     out.write_text(yaml.safe_dump(raw))
     return load_settings(out, env={}), out
 
@@ -109,9 +113,13 @@ def _rows(settings: Settings, table: str) -> int:
 @pytest.fixture(scope="module")
 def run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     tmp = tmp_path_factory.mktemp("catalog-restart")
-    _, conf = fault_settings(tmp, "catalog", layouts=True)
+    # COLOR with its initial-state definition: the restart's in-job reconciliation asks it
+    _, conf = fault_settings(tmp, "catalog", layouts=True, subscriptions=[
+        {**COLOR_EBCDIC, "initial_state": "ICOLOR"}, EMPLOYEE_ASCII])
     plain, plain_conf = _variant(conf, tmp / "plain.yaml", fnrs=[4], catalog={"enabled": False})
-    named, named_conf = _variant(conf, tmp / "named.yaml", fnrs=[4, 11], catalog=_catalog(tmp))
+    # the restart also runs in-job reconciliation rounds (jobs/stream.py's driver thread)
+    named, named_conf = _variant(conf, tmp / "named.yaml", fnrs=[4, 11], catalog=_catalog(tmp),
+                                 reconcile={"every_minutes": 0.1, "scheduled_round": "full"})
     load = PacedLoad(plain, seed=38, rate=2.0, max_message_size=900)
     job = Job(plain_conf, tmp / "job.log")
     serve: Command | None = None
@@ -132,6 +140,8 @@ def run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         load.finish()
         want = len(expected_transactions(load.sent))
         wait_for(lambda: landed_count(named) >= want, 300, "every transaction", job=job)
+        wait_for(lambda: _rows(named, "reconciliation") > 0, 240,
+                 "an in-job reconciliation round", job=job)
         restart_log = job.log.read_text(errors="replace").rpartition("===== start")[2]
         stop_code = job.stop()
 
@@ -184,3 +194,15 @@ def test_another_process_reads_every_table_by_name_after_the_restart(run: Run) -
     shown = {r[0].strip(): r[2].strip() for r in got["describe"] if r[0] and len(r) > 2}
     assert shown == comments and all(shown.values()), shown
     assert comments["personnel_id"].startswith("Adabas field AA:"), comments["personnel_id"]
+
+
+def test_the_restarted_job_reconciles_on_its_own(run: Run) -> None:
+    """``reconcile.every_minutes`` on the restart: the job process runs full rounds of COLOR/4
+    in its driver thread (jobs/stream.py), while it lands the load, and finds no drift."""
+    assert '"event": "reconcile_round"' in run.restart_log, run.restart_log[-3000:]
+    found = Lake(run.named).table("reconciliation")
+    assert found is not None, "no in-job round recorded its verdicts"
+    rows = found.to_pyarrow_table(columns=["round", "fnr", "verdict"]).to_pylist()
+    assert {r["fnr"] for r in rows} == {4}, "EMPLOYEE's subscription has no initial state"
+    verdicts = {r["verdict"] for r in rows}
+    assert verdicts <= {"match", "unanswered"} and "match" in verdicts, verdicts

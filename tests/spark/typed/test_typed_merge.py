@@ -322,15 +322,17 @@ def test_a_crash_between_the_merges_is_repaired_by_the_replay(
     assert set(tombstones(state, "remove")) == {1}
 
 
-@pytest.mark.parametrize("writer", ["direct", "spark"])
-def test_without_repair_the_answers_of_reconcile_land_in_changes_only(
-        spark, test_settings: Settings, tmp_path: Path, writer: str) -> None:
-    """``reconcile.repair: false``: an answer of ``urbpipe reconcile`` (origin 'reconcile')
-    is in ``changes_`` (the round compares it) but never changes ``current_`` or the history;
-    an initial-state answer of the job's own INST still does."""
+@pytest.mark.parametrize(("writer", "repair"), [("direct", False), ("spark", False),
+                                                ("direct", True)])
+def test_the_answers_of_reconcile_repair_unless_told_not_to(
+        spark, test_settings: Settings, tmp_path: Path, writer: str, repair: bool) -> None:
+    """An answer of ``urbpipe reconcile`` (origin 'reconcile') is in ``changes_`` (the round
+    compares it); by default it repairs the row (a history row with origin 'reconcile'), with
+    ``reconcile.repair: false`` it never changes ``current_`` or the history. An initial-state
+    answer of the job's own INST always does."""
     base = _settings(test_settings, tmp_path / "lake")
     settings = base.model_copy(update={"reconcile": base.reconcile.model_copy(
-        update={"repair": False})})
+        update={"repair": repair})})
     ensure_tables(spark, settings)
     batch = (Batch(settings)
              .tx(1, 10, [(1, "I", None, ("RED", 1)), (2, "I", None, ("BLUE", 2))])
@@ -338,9 +340,10 @@ def test_without_repair_the_answers_of_reconcile_land_in_changes_only(
              .tx(0, 21, [(2, "R", None, ("INIT", 2))], origin="initial_state"))
     land(spark, batch, 0, settings, APP, writer)
     current = {r.isn: r.color for r in _read(spark, settings, "current_color_4")}
-    assert current == {1: "RED", 2: "INIT"}
+    assert current == {1: "FIXED" if repair else "RED", 2: "INIT"}
     changes = {(r.isn, r.color, r.origin) for r in _read(spark, settings, "changes_color_4")
                if r.tsnr == 0}
     assert changes == {(1, "FIXED", "reconcile"), (2, "INIT", "initial_state")}
-    history = {(r.isn, r.color) for r in _read(spark, settings, "history_color_4")}
-    assert (1, "FIXED") not in history and (2, "INIT") in history
+    history = {(r.isn, r.color, r.origin) for r in _read(spark, settings, "history_color_4")}
+    assert ((1, "FIXED", "reconcile") in history) == repair
+    assert (2, "INIT", "initial_state") in history

@@ -75,6 +75,9 @@ def test_every_served_metric_is_in_the_table_and_every_metric_there_is_served(
     exporter = PrometheusExporter(0, view=view)
     try:
         exporter.observe(full_record(now))
+        exporter.reconciled({"round": "RCNTEST1", "at": now, "files": [  # an in-job round
+            {"subscription": "COLOR", "dbid": 10006, "fnr": 4, "verdicts": {"match": 3},
+             "repaired": 0, "verified_through": now - 60}]})
         body = urllib.request.urlopen(f"http://127.0.0.1:{exporter.port}/metrics",
                                       timeout=5).read().decode()
     finally:

@@ -97,7 +97,8 @@ def test_answers_of_the_round_only(ops_settings: Settings, write_table: WriteTab
                             _record(5, 13, fnr=9)])
     _write(ops_settings, FILES.changes, [
         _change(1, "R", "A", 10, "NEW", origin="reconcile"),
-        _change(1, "R", "A", 4, "OLDER", origin="initial_state")], CHANGES)
+        _change(1, "R", "A", 4, "OLDER", origin="initial_state"),
+        _change(1, "U", "A", 10, "LIVE", tsnr=9)], CHANGES)
     got = rl.answers(lake, FILES, {1: s(5), 2: s(5), 3: s(5), 5: s(5)}, ["color"])
     assert got[1].found and got[1].values == {"color": "NEW"} and got[1].version[0] == s(10)
     assert not got[2].found
