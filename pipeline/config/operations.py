@@ -33,6 +33,10 @@ class Reconcile(Model):
 
     # ISNs a round asks for per file when neither --isns nor --full chooses them.
     sample: int = Field(100, ge=1, le=1_000_000)
+    # A full round's cap per file: it asks for at most this many ISNs, the next ones after
+    # where the file's previous full round stopped; the file is verified when a cycle of such
+    # rounds has reached its last ISN (every part equal). None: all of them in one round.
+    full_round_isns: int | None = Field(None, ge=1, le=10_000_000)
     # ISNs one INST request lists (the replicator's limit on an ISN list); the round sends its
     # requests one at a time (one in flight: never refused by the replicator's IMAXREQ).
     max_isns_per_request: int = Field(500, ge=1, le=100_000)

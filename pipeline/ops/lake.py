@@ -86,10 +86,12 @@ class Lake:
         except OSError as exc:
             raise LakeUnreachable(f"cannot read {self.path(table)}: {exc}") from None
 
-    def append(self, table: str, rows: pa.Table) -> None:
-        """Append rows to an ops-owned table, creating it on first use."""
+    def append(self, table: str, rows: pa.Table, *, add_columns: bool = False) -> None:
+        """Append rows to an ops-owned table, creating it on first use; ``add_columns``: the
+        rows may bring columns a table made by an earlier version lacks (they are added)."""
         options = {**self.options, **S3_WRITE_OPTIONS} if self.options is not None else None
         try:
-            write_deltalake(self.path(table), rows, mode="append", storage_options=options)
+            write_deltalake(self.path(table), rows, mode="append", storage_options=options,
+                            schema_mode="merge" if add_columns else None)
         except OSError as exc:
             raise LakeUnreachable(f"cannot write {self.path(table)}: {exc}") from None

@@ -59,6 +59,11 @@ def add_parser(subs: Any, sub: Callable[..., argparse.ArgumentParser]) -> None:
                      help="every ISN the lake knows of the file (proves verified_through)")
     how.add_argument("--sample", type=int, help="a random sample of N ISNs per file "
                                                 "(default reconcile.sample)")
+    p.add_argument("--max-isns", type=int, metavar="N",
+                   help="with --full: at most N ISNs per file, the next after where the "
+                        "file's previous full round stopped (default "
+                        "reconcile.full_round_isns: all); verified_through when a cycle of "
+                        "such rounds reaches the file's last ISN")
     p.add_argument("--timeout", type=float,
                    help="seconds to wait for replies and landing (default "
                         "reconcile.timeout_seconds)")
@@ -69,8 +74,11 @@ def add_parser(subs: Any, sub: Callable[..., argparse.ArgumentParser]) -> None:
 def cmd_reconcile(args: argparse.Namespace, settings: Settings) -> int:
     if args.sample is not None and args.sample < 1:
         raise UsageError("--sample must be at least 1")
+    if args.max_isns is not None and (args.max_isns < 1 or not args.full):
+        raise UsageError("--max-isns N (at least 1) goes with --full")
     options = Options(files=tuple(args.files), isns=tuple(parse_isns(args.isns or "")),
-                      full=args.full, sample=args.sample, timeout=args.timeout, seed=args.seed)
+                      full=args.full, max_isns=args.max_isns, sample=args.sample,
+                      timeout=args.timeout, seed=args.seed)
     quiet = args.json
     result = run_round(settings, options,
                        progress=lambda line: None if quiet else print(line, flush=True))
@@ -96,8 +104,10 @@ def describe(result: RoundResult) -> str:
             counts[v.verdict] = counts.get(v.verdict, 0) + 1
         summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "nothing checked"
         proof = fr.verified_through()
+        cycle = ("" if not fr.full or fr.done else
+                 f"; cycle {fr.cycle} goes on after ISN {fr.part().last_isn} next round")
         lines.append(f"  {fr.name}: {summary}"
-                     + (f"; verified through {proof.isoformat()}" if proof else ""))
+                     + (f"; verified through {proof.isoformat()}" if proof else "") + cycle)
         for v in fr.verdicts:
             if v.verdict == "match":
                 continue

@@ -68,13 +68,23 @@ class FileRound:
     answers: dict[int, Answer] = field(default_factory=dict)
     verdicts: list[Verdict] = field(default_factory=list)
     repaired: set[int] = field(default_factory=set)
+    cycle: str = ""            # a full round: its cycle (rounds.Part)
+    done: bool = True          # a full round: it completes its cycle
+    parts_before: list[rounds.Part] = field(default_factory=list)  # the cycle's earlier rounds
 
     @property
     def name(self) -> str:
         return f"{self.lay.subscription}/{self.lay.dbid}/{self.lay.fnr}"
 
+    def part(self) -> rounds.Part:
+        return rounds.part_of(self.verdicts, self.repaired, self.cycle, self.done)
+
     def verified_through(self) -> datetime | None:
-        return rounds.verified_through(self.verdicts, self.repaired, full=self.full)
+        """What this round proves: for a full round that completes its cycle, the cycle's
+        proof (``rounds.cycle_verified``); else nothing."""
+        if not self.full:
+            return None
+        return rounds.cycle_verified([*self.parts_before, self.part()])
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,7 @@ class Options:
     files: tuple[str, ...] = ()   # SUB/FNR or FNR; empty: every file with a layout
     isns: tuple[int | tuple[int, int], ...] = ()
     full: bool = False
+    max_isns: int | None = None  # a full round's cap (default reconcile.full_round_isns)
     sample: int | None = None
     timeout: float | None = None
     seed: int | None = None
@@ -109,16 +120,36 @@ def targets(settings: Settings, wanted: tuple[str, ...]) -> list[Layout]:
 
 
 def plan(lake: Lake, settings: Settings, lay: Layout, options: Options,
-         rng: random.Random) -> FileRound:
+         rng: random.Random, token: str) -> FileRound:
     files = rl.FileTables(lay)
     full = options.full and not options.isns
     if options.isns:
-        isns = rounds.expand(options.isns)
-    else:
-        known = rl.known_isns(lake, files)
-        sample = None if full else (options.sample or settings.reconcile.sample)
-        isns = rounds.choose(known, sample=sample, rng=rng)
-    return FileRound(lay, isns, full)
+        return FileRound(lay, rounds.expand(options.isns), full)
+    known = rl.known_isns(lake, files)
+    if not full:
+        sample = options.sample or settings.reconcile.sample
+        return FileRound(lay, rounds.choose(known, sample=sample, rng=rng), full)
+    parts = previous_parts(lake, lay)
+    cap = options.max_isns or settings.reconcile.full_round_isns
+    isns, cycle, done = rounds.next_part(known, parts[-1] if parts else None, cap, token)
+    return FileRound(lay, isns, True, cycle=cycle, done=done,
+                     parts_before=[p for p in parts if p.cycle == cycle])
+
+
+def previous_parts(lake: Lake, lay: Layout) -> list[rounds.Part]:
+    """The file's earlier full rounds, oldest first (``verified_through`` rows)."""
+    import pyarrow.compute as pc
+
+    where = ((pc.field("subscription") == lay.subscription) & (pc.field("dbid") == lay.dbid)
+             & (pc.field("fnr") == lay.fnr) & pc.field("full"))
+    rows = rl.scan(lake, PROOFS, PROOF_SCHEMA.names, where)
+    out = []
+    for row in sorted(rows.to_pylist() if rows is not None else [],
+                      key=lambda r: rl.naive(r["checked_at"]) or datetime.min):
+        out.append(rounds.Part(row.get("cycle") or row["round"], int(row.get("last_isn") or 0),
+                               bool(row.get("cycle_done", True)), bool(row.get("equal")),
+                               rl.naive(row.get("first_read"))))
+    return out
 
 
 def snapshot(lake: Lake, fr: FileRound) -> None:
@@ -248,7 +279,7 @@ def run_round(settings: Settings, options: Options, progress: Progress,
     token = rounds.round_token(rng if options.seed is not None else random.Random())
     timeout = options.timeout or settings.reconcile.timeout_seconds
     started = datetime.now(UTC).replace(tzinfo=None)
-    files = [plan(lake, settings, lay, options, rng) for lay in layouts]
+    files = [plan(lake, settings, lay, options, rng, token) for lay in layouts]
     sent = 0
     for fr in files:
         if not fr.isns:
@@ -288,16 +319,20 @@ def record(lake: Lake, result: RoundResult) -> None:
                 "answer_time": v.answer_version[0] if v.answer_version else None,
                 "repaired": v.isn in fr.repaired, "checked_at": now})
         if fr.verdicts:
+            part = fr.part()
             proofs.append({
                 "round": result.token, "subscription": fr.lay.subscription,
                 "dbid": fr.lay.dbid, "fnr": fr.lay.fnr, "full": fr.full,
                 "isns": len(fr.verdicts), "drift": sum(v.is_drift for v in fr.verdicts),
                 "unanswered": sum(v.verdict == "unanswered" for v in fr.verdicts),
-                "verified_through": fr.verified_through(), "checked_at": now})
+                "verified_through": fr.verified_through(), "checked_at": now,
+                "cycle": fr.cycle or None, "last_isn": part.last_isn,
+                "cycle_done": fr.done if fr.full else None, "equal": part.equal,
+                "first_read": part.first_read})
     if rows:
         lake.append(RESULTS, pa.Table.from_pylist(rows, RESULT_SCHEMA))
     if proofs:
-        lake.append(PROOFS, pa.Table.from_pylist(proofs, PROOF_SCHEMA))
+        lake.append(PROOFS, pa.Table.from_pylist(proofs, PROOF_SCHEMA), add_columns=True)
 
 
 _TS = pa.timestamp("us")
@@ -310,4 +345,6 @@ RESULT_SCHEMA = pa.schema([
 PROOF_SCHEMA = pa.schema([
     ("round", pa.string()), ("subscription", pa.string()), ("dbid", pa.int32()),
     ("fnr", pa.int32()), ("full", pa.bool_()), ("isns", pa.int64()), ("drift", pa.int64()),
-    ("unanswered", pa.int64()), ("verified_through", _TS), ("checked_at", _TS)])
+    ("unanswered", pa.int64()), ("verified_through", _TS), ("checked_at", _TS),
+    ("cycle", pa.string()), ("last_isn", pa.int64()), ("cycle_done", pa.bool_()),
+    ("equal", pa.bool_()), ("first_read", _TS)])

@@ -9,9 +9,12 @@ row deleted from ``current_`` by hand is still asked for); else a random sample 
 ``reconcile.sample`` of the ISNs the lake knows.
 
 What a round proves: a file's ``verified_through`` is the time up to which every ISN of the
-file was compared and found equal, or repaired: only a full round with no ISN unanswered and no
-drift left unrepaired proves it, and the time is the earliest read of the round (each ISN was
-equal at its own read, so the whole file at the earliest of them at worst).
+file was compared and found equal, or repaired: only a full cycle with no ISN unanswered and no
+drift left unrepaired proves it, and the time is the earliest read of the cycle (each ISN was
+equal at its own read, so the whole file at the earliest of them at worst). A cycle is one full
+round, or — with a cap on the ISNs a full round asks for (``reconcile.full_round_isns``) —
+successive full rounds, each taking the next ISNs after the previous one's last (``Part``,
+``next_part``), until one reaches the last ISN the lake knows (``cycle_verified``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import random
 import string
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from pipeline.reassembly.pseudo import RECONCILE_TOKEN_PREFIX as TOKEN_PREFIX
@@ -59,16 +63,56 @@ def chunks(isns: Sequence[int], size: int) -> Iterator[list[int]]:
         yield list(isns[start:start + size])
 
 
+@dataclass(frozen=True)
+class Part:
+    """One full round's share of a file's cycle (a row of ``verified_through``)."""
+
+    cycle: str                  # the token of the cycle's first round
+    last_isn: int               # the highest ISN the round asked for
+    done: bool                  # the round reached the last ISN the lake knew
+    equal: bool                 # every ISN matched, or its drift was repaired
+    first_read: datetime | None  # the earliest read of the round's answers
+
+
+def next_part(known: Iterable[int], previous: Part | None, cap: int | None,
+              token: str) -> tuple[list[int], str, bool]:
+    """A full round's ISNs: every one the lake knows (``cap`` None), else the next ``cap``
+    after the previous part of an unfinished cycle (a new cycle from the first ISN otherwise);
+    with the cycle's id and whether this round completes it."""
+    isns = sorted(set(known))
+    if cap is None:
+        return isns, token, True
+    cursor, cycle = ((previous.last_isn, previous.cycle)
+                     if previous is not None and not previous.done else (0, token))
+    rest = [i for i in isns if i > cursor]
+    return rest[:cap], cycle, len(rest) <= cap
+
+
+def part_of(verdicts: Sequence[Verdict], repaired: set[int], cycle: str,
+            done: bool) -> Part:
+    """What one full round contributes to its cycle."""
+    equal = bool(verdicts) and not any(
+        v.verdict == "unanswered" or (v.is_drift and v.isn not in repaired) for v in verdicts)
+    reads = [v.answer_version[0] for v in verdicts if v.answer_version is not None]
+    return Part(cycle, max((v.isn for v in verdicts), default=0), done, equal,
+                min(reads) if reads else None)
+
+
+def cycle_verified(parts: Sequence[Part]) -> datetime | None:
+    """A completed cycle whose every part was equal proves the file through its earliest
+    read; anything else proves nothing."""
+    if not parts or not parts[-1].done or not all(p.equal for p in parts):
+        return None
+    reads = [p.first_read for p in parts]
+    return None if any(r is None for r in reads) else min(r for r in reads if r is not None)
+
+
 def verified_through(verdicts: Sequence[Verdict], repaired: set[int], *,
                      full: bool) -> datetime | None:
-    """The time a full round proves the file equal up to (module docstring), or None."""
-    if not full or not verdicts:
+    """The time one full round (a cycle of its own) proves the file equal up to, or None."""
+    if not full:
         return None
-    for v in verdicts:
-        if v.verdict == "unanswered" or (v.is_drift and v.isn not in repaired):
-            return None
-    reads = [v.answer_version[0] for v in verdicts if v.answer_version is not None]
-    return min(reads) if reads else None
+    return cycle_verified([part_of(verdicts, repaired, "", True)])
 
 
 def drift_ratio(verdicts: Sequence[Verdict]) -> float:

@@ -12,7 +12,9 @@ answers the requests topic (INST by ISN list: the true current images of its mod
 * the file's records that no transaction ever touched (the simulator's file starts populated)
   are in Adabas and not in the lake: a full round cannot know them, a round over the file's
   ISN range (``--isns 1-N``) finds them ``missing_in_lake`` and repairs them;
-* the next full round matches every ISN, and ``current_color_4`` equals the simulator's model.
+* the next full round matches every ISN, and ``current_color_4`` equals the simulator's model;
+* two full rounds capped at half the ISNs each make one cycle: the second goes on after the
+  first's last ISN, and only it proves the file (``verified_through``).
 """
 
 from __future__ import annotations
@@ -101,6 +103,8 @@ def rounds(spark, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
             out["never_landed"] = set(model) - {r["isn"] for r in _current(settings).to_pylist()}
             out["range"] = _round(settings, log, full=False, isns=((1, max(model) + 5),))
             out["after"] = _round(settings, log)
+            half = len(out["after"].files[0].isns) // 2 + 1  # a cycle of two capped rounds
+            out["cycle"] = [_round(settings, log, max_isns=half) for _ in range(2)]
     finally:
         load.stop()
     return out
@@ -149,6 +153,16 @@ def test_the_next_round_matches_and_the_lake_equals_the_model(rounds: dict[str, 
     assert set(rows) == set(model)
     assert all(rows[i]["color"] == model[i]["AA"] for i in model)
 
+def test_capped_full_rounds_make_one_cycle(rounds: dict[str, Any]) -> None:
+    first, second = (r.files[0] for r in rounds["cycle"])
+    everything = rounds["after"].files[0].isns
+    assert first.isns + second.isns == everything, "the second after the first's last ISN"
+    assert first.cycle == second.cycle == rounds["cycle"][0].token
+    assert (first.done, second.done) == (False, True)
+    assert first.verified_through() is None and second.verified_through() is not None
+    assert {v.verdict for fr in (first, second) for v in fr.verdicts} == {"match"}
+
+
 def test_verdicts_and_proofs_are_kept_in_the_lake(rounds: dict[str, Any]) -> None:
     lake = Lake(rounds["settings"])
     from deltalake import DeltaTable
@@ -165,10 +179,11 @@ def test_verdicts_and_proofs_are_kept_in_the_lake(rounds: dict[str, Any]) -> Non
     assert {rounds["corrupted"]["differs"], rounds["corrupted"]["missing_in_lake"]} <= answered
     assert {r["record_type"] for r in changes if r["origin"] == "reconcile"} == {"R"}
     proofs = DeltaTable(lake.path(PROOFS)).to_pyarrow_table().to_pylist()
-    assert len(proofs) == LIVE_ROUNDS + 3
+    assert len(proofs) == LIVE_ROUNDS + 5
     full = sorted((p for p in proofs if p["full"]), key=lambda p: p["checked_at"])
-    times = [p["verified_through"] for p in full]
-    assert len(full) == LIVE_ROUNDS + 2
+    assert len(full) == LIVE_ROUNDS + 4
+    assert [p["cycle_done"] for p in full] == [True] * (LIVE_ROUNDS + 2) + [False, True]
+    times = [p["verified_through"] for p in full if p["cycle_done"]]
     assert all(t is not None for t in times) and times == sorted(times), times
     (ranged,) = [p for p in proofs if not p["full"]]
     assert ranged["verified_through"] is None and ranged["drift"] == len(rounds["never_landed"])

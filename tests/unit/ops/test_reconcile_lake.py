@@ -18,7 +18,7 @@ from pipeline.config import Layout, Settings
 from pipeline.ops import reconcile_lake as rl
 from pipeline.ops.lake import Lake
 from pipeline.ops.reconcile_cli import exit_code
-from pipeline.ops.reconcile_cmd import FileRound, RoundResult
+from pipeline.ops.reconcile_cmd import FileRound, Options, RoundResult
 from pipeline.reconciliation.verdicts import Verdict
 from pipeline.spark.land.tables import table_path
 from tests.unit.ops.conftest import WriteTable
@@ -171,3 +171,35 @@ def test_round_alerts(ops_settings: Settings) -> None:
     (a, b) = round_alerts(ops_settings, "RCNTEST2", many.files, now=T)
     assert (a["kind"], b["kind"]) == (REPAIRED, DRIFT) and "50.0% of the ISNs" in b["message"]
     assert round_alerts(ops_settings, "RCNTEST3", _result("match", "unanswered").files) == []
+
+
+def test_capped_full_rounds_make_a_cycle_that_proves_the_file(ops_settings: Settings) -> None:
+    """reconcile.full_round_isns 2 over five ISNs: three full rounds, each after the previous
+    one's last ISN (read back from ``verified_through``); the third completes the cycle and
+    proves the file through the cycle's earliest read; the fourth starts a new cycle."""
+    import random
+
+    from pipeline.ops.reconcile_cmd import PROOFS, plan, record
+
+    settings = ops_settings.model_copy(update={"reconcile": ops_settings.reconcile.model_copy(
+        update={"full_round_isns": 2})})
+    lake = Lake(settings)
+    _write(settings, FILES.current, [_current(i, "RED", 1) for i in (1, 2, 3, 4, 5)], CURRENT)
+    options = Options(full=True)
+    seen = []
+    for n, token in enumerate(("RCNAAAAA", "RCNBBBBB", "RCNCCCCC", "RCNDDDDD")):
+        fr = plan(lake, settings, LAY, options, random.Random(0), token)
+        read = (s(10 - n), 1, 0, 1)
+        fr.verdicts = [Verdict(i, "match", answer_version=read) for i in fr.isns]
+        seen.append((fr.isns, fr.cycle, fr.done, fr.verified_through()))
+        record(lake, RoundResult(token, [fr], T, 1))
+    assert seen == [([1, 2], "RCNAAAAA", False, None), ([3, 4], "RCNAAAAA", False, None),
+                    ([5], "RCNAAAAA", True, s(8)), ([1, 2], "RCNDDDDD", False, None)]
+    proofs = scan_rows(lake, PROOFS)
+    assert [p["cycle_done"] for p in proofs] == [False, False, True, False]
+
+
+def scan_rows(lake: Lake, table: str) -> list[dict]:
+    rows = rl.scan(lake, table)
+    assert rows is not None
+    return sorted(rows.to_pylist(), key=lambda r: r["round"])

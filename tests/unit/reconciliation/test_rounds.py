@@ -63,3 +63,29 @@ def test_drift_ratio_counts_judged_isns_only() -> None:
                               verdict(3, "unanswered", None), verdict(4, "missing_in_lake")])
     assert got == pytest.approx(2 / 3)
     assert rounds.drift_ratio([]) == 0.0
+
+
+def test_a_capped_full_round_takes_the_next_isns_of_its_cycle() -> None:
+    known = [3, 1, 7, 5, 9]
+    assert rounds.next_part(known, None, None, "RCNA") == ([1, 3, 5, 7, 9], "RCNA", True)
+    first = rounds.next_part(known, None, 2, "RCNA")
+    assert first == ([1, 3], "RCNA", False)
+    part = rounds.Part("RCNA", 3, False, True, T0)
+    assert rounds.next_part(known, part, 2, "RCNB") == ([5, 7], "RCNA", False)
+    part = rounds.Part("RCNA", 7, False, True, T0)
+    assert rounds.next_part(known, part, 2, "RCNC") == ([9], "RCNA", True)
+    done = rounds.Part("RCNA", 9, True, True, T0)
+    assert rounds.next_part(known, done, 2, "RCND") == ([1, 3], "RCND", False), "a new cycle"
+
+
+def test_a_cycle_proves_the_file_only_when_complete_and_equal_throughout() -> None:
+    t = [T0 + timedelta(seconds=s) for s in (5, 2, 9)]
+    parts = [rounds.Part("C", 3, False, True, t[0]), rounds.Part("C", 7, False, True, t[1]),
+             rounds.Part("C", 9, True, True, t[2])]
+    assert rounds.cycle_verified(parts) == t[1], "the earliest read of the cycle"
+    assert rounds.cycle_verified(parts[:2]) is None, "not complete"
+    unequal = [parts[0], rounds.Part("C", 7, False, False, t[1]), parts[2]]
+    assert rounds.cycle_verified(unequal) is None, "a part with drift left or unanswered"
+    part = rounds.part_of([verdict(4, "match", 3), verdict(8, "differs", 1)], {8}, "C", True)
+    assert part == rounds.Part("C", 8, True, True, T0 + timedelta(seconds=1))
+    assert not rounds.part_of([verdict(4, "unanswered", None)], set(), "C", True).equal
