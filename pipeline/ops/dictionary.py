@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from pipeline.config import ConfigError, Layout, Settings, load_settings
+from pipeline.ops import reconcile_tables
 from pipeline.spark.land.dictionary import TABLE_DOCS, Doc, column_doc
 from pipeline.spark.land.tables import SCHEMAS, SENT_DDL, SENT_TABLE
 from pipeline.spark.land.watermark import DB_VIEW, subscription_view, view_queries
@@ -72,6 +73,17 @@ def raw_section() -> list[str]:
     return out
 
 
+def reconcile_section() -> list[str]:
+    out = ["## The reconciliation's tables (`urbpipe reconcile`)", "",
+           "Written by the command (and the job's own rounds) with delta-rs beside the job's "
+           "tables, under `stream.lake_dir`; not registered in the catalog: read them by path "
+           "(`delta.`<lake_dir>/reconciliation``).", ""]
+    for table, ddl in reconcile_tables.DDL.items():
+        rows = [(c, t, reconcile_tables.COLUMNS[c]) for c, t in columns(ddl)]
+        out += _table(table, reconcile_tables.MEANING[table], rows)
+    return out
+
+
 def typed_section(settings: Settings, lay: Layout) -> list[str]:
     conf = lay.conf_layout()
     values = {i.column: value_doc(i, conf) for i in (conf.items if conf else ())
@@ -99,6 +111,7 @@ def render(settings: Settings, conf_name: str) -> str:
         lines += [f"### `{name}` (view)", "", comment, ""]
     for lay in settings.layouts:
         lines += typed_section(settings, lay)
+    lines += reconcile_section()
     return "\n".join(lines).rstrip() + "\n"
 
 

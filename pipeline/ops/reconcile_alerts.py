@@ -51,23 +51,17 @@ def round_alerts(settings: Settings, token: str, files: Sequence[Any],
                    "not_repaired": sorted(v.isn for v in left)[:_LISTED]}
         repaired = len(drift) - len(left)
         if repaired:
-            out.append(_file_alert(REPAIRED, "info", fr, token, at, details,
-                              f"{fr.name}: reconcile round {token} repaired {repaired} row(s) "
-                              f"that did not equal Adabas ({_counts(drift)})"))
+            out.append(_file_alert(
+                REPAIRED, "info", fr, token, at, details,
+                f"{fr.name}: reconcile round {token} repaired {repaired} row(s) that did not "
+                f"equal Adabas ({rounds.in_words(rounds.tally(drift))})"))
         if left or ratio > settings.reconcile.drift_warning_ratio:
             why = (f"{len(left)} drifted row(s) not repaired" if left else
                    f"{ratio:.1%} of the ISNs checked drifted (more than "
                    f"reconcile.drift_warning_ratio {settings.reconcile.drift_warning_ratio:g})")
             out.append(_file_alert(DRIFT, "warning", fr, token, at, details,
-                              f"{fr.name}: reconcile round {token}: {why}"))
+                                   f"{fr.name}: reconcile round {token}: {why}"))
     return out
-
-
-def _counts(drift: Sequence[Any]) -> str:
-    names: dict[str, int] = {}
-    for v in drift:
-        names[v.verdict] = names.get(v.verdict, 0) + 1
-    return ", ".join(f"{n} {k}" for k, n in sorted(names.items()))
 
 
 def _file_alert(kind: str, severity: str, fr: Any, token: str, at: datetime,

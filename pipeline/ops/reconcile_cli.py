@@ -14,6 +14,7 @@ from pipeline.config import Settings
 from pipeline.errors import UsageError
 from pipeline.ops.reconcile_cmd import Options, RoundResult, run_round
 from pipeline.ops.requests_cmd import parse_isns
+from pipeline.reconciliation.rounds import in_words
 
 DESCRIPTION = """\
 Compare the lake's current_<sub>_<fnr> rows with Adabas, field by field, through the
@@ -99,10 +100,7 @@ def exit_code(result: RoundResult) -> int:
 def describe(result: RoundResult) -> str:
     lines = [f"round {result.token}: {result.requests} INST request(s)"]
     for fr in result.files:
-        counts: dict[str, int] = {}
-        for v in fr.verdicts:
-            counts[v.verdict] = counts.get(v.verdict, 0) + 1
-        summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "nothing checked"
+        summary = in_words(fr.counts()) or "nothing checked"
         proof = fr.verified_through()
         cycle = ("" if not fr.full or fr.done else
                  f"; cycle {fr.cycle} goes on after ISN {fr.part().last_isn} next round")

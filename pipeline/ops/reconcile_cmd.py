@@ -38,13 +38,12 @@ from pipeline.ops import reconcile_lake as rl
 from pipeline.ops import requests_cmd as rc
 from pipeline.ops.lake import Lake
 from pipeline.ops.reconcile_alerts import round_alerts, send_alerts
+from pipeline.ops.reconcile_tables import PROOF_SCHEMA, PROOFS, RESULT_SCHEMA, RESULTS
 from pipeline.reconciliation import rounds
 from pipeline.reconciliation.verdicts import Answer, LakeState, Verdict, judge
 from pipeline.urb import requests as urb_requests
 from pipeline.urb.requests import EMPTY_ISN_SELECTION, FileSelection
 
-RESULTS = "reconciliation"
-PROOFS = "verified_through"
 #: INST/ERRO 131 subcode 44: too many initial-state requests active (IMAXREQ) — wait, retry.
 _BUSY = (131, 44)
 _BUSY_RETRIES = 10
@@ -75,6 +74,9 @@ class FileRound:
     @property
     def name(self) -> str:
         return f"{self.lay.subscription}/{self.lay.dbid}/{self.lay.fnr}"
+
+    def counts(self) -> dict[str, int]:
+        return rounds.tally(self.verdicts)
 
     def part(self) -> rounds.Part:
         return rounds.part_of(self.verdicts, self.repaired, self.cycle, self.done)
@@ -263,11 +265,7 @@ class RoundResult:
     undelivered: str | None = None  # alerts that could not be sent, why
 
     def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for fr in self.files:
-            for v in fr.verdicts:
-                out[v.verdict] = out.get(v.verdict, 0) + 1
-        return out
+        return rounds.tally(v for fr in self.files for v in fr.verdicts)
 
 
 def run_round(settings: Settings, options: Options, progress: Progress,
@@ -333,18 +331,3 @@ def record(lake: Lake, result: RoundResult) -> None:
         lake.append(RESULTS, pa.Table.from_pylist(rows, RESULT_SCHEMA))
     if proofs:
         lake.append(PROOFS, pa.Table.from_pylist(proofs, PROOF_SCHEMA), add_columns=True)
-
-
-_TS = pa.timestamp("us")
-RESULT_SCHEMA = pa.schema([
-    ("round", pa.string()), ("subscription", pa.string()), ("dbid", pa.int32()),
-    ("fnr", pa.int32()), ("isn", pa.int64()), ("verdict", pa.string()),
-    ("fields", pa.list_(pa.string())), ("reason", pa.string()),
-    ("lake_version_time", _TS), ("answer_time", _TS), ("repaired", pa.bool_()),
-    ("checked_at", _TS)])
-PROOF_SCHEMA = pa.schema([
-    ("round", pa.string()), ("subscription", pa.string()), ("dbid", pa.int32()),
-    ("fnr", pa.int32()), ("full", pa.bool_()), ("isns", pa.int64()), ("drift", pa.int64()),
-    ("unanswered", pa.int64()), ("verified_through", _TS), ("checked_at", _TS),
-    ("cycle", pa.string()), ("last_isn", pa.int64()), ("cycle_done", pa.bool_()),
-    ("equal", pa.bool_()), ("first_read", _TS)])

@@ -23,11 +23,15 @@ import pyarrow.compute as pc
 from pipeline.config import Layout
 from pipeline.ops.lake import Lake
 from pipeline.reconciliation.verdicts import Answer, LakeState, Version
+from pipeline.spark.typed.tables import (
+    CURRENT_META_DDL,
+    changes_table,
+    current_table,
+    tombstones_table,
+)
 
 #: ``current_`` columns that are not the record's values.
-META = frozenset({"isn", "deleted", "verified", "subscription", "destination", "epoch", "tsnr",
-                  "rsnr", "commit_time", "record_type", "origin", "batch_id", "dsnr",
-                  "image_type"})
+META = frozenset({"isn", "batch_id", *(c.split()[0] for c in CURRENT_META_DDL.split(","))})
 _VERSION = ("commit_time", "epoch", "tsnr", "rsnr")
 
 
@@ -46,21 +50,21 @@ def _version(row: dict[str, Any]) -> Version:
 
 @dataclass(frozen=True)
 class FileTables:
-    """One configured file's typed tables."""
+    """One configured file's typed tables (``pipeline.spark.typed.tables`` names them)."""
 
     lay: Layout
 
     @property
     def current(self) -> str:
-        return f"current_{self.lay.table_suffix()}"
+        return current_table(self.lay)
 
     @property
     def changes(self) -> str:
-        return f"changes_{self.lay.table_suffix()}"
+        return changes_table(self.lay)
 
     @property
     def tombstones(self) -> str:
-        return f"tombstones_{self.lay.table_suffix()}"
+        return tombstones_table(self.lay)
 
 
 def scan(lake: Lake, table: str, columns: Iterable[str] | None = None,

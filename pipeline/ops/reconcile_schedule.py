@@ -34,12 +34,9 @@ def summary(result: RoundResult, at: float) -> dict[str, Any]:
     """A round's figures per file, as the metrics take them (plain values only)."""
     files = []
     for fr in result.files:
-        counts: dict[str, int] = {}
-        for v in fr.verdicts:
-            counts[v.verdict] = counts.get(v.verdict, 0) + 1
         proof = fr.verified_through()
         files.append({"subscription": fr.lay.subscription, "dbid": fr.lay.dbid,
-                      "fnr": fr.lay.fnr, "verdicts": counts, "repaired": len(fr.repaired),
+                      "fnr": fr.lay.fnr, "verdicts": fr.counts(), "repaired": len(fr.repaired),
                       "verified_through": None if proof is None else
                       proof.replace(tzinfo=UTC).timestamp()})  # naive UTC (reconcile_lake)
     return {"round": result.token, "at": at, "files": files}

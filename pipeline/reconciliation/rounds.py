@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 import string
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -107,12 +108,14 @@ def cycle_verified(parts: Sequence[Part]) -> datetime | None:
     return None if any(r is None for r in reads) else min(r for r in reads if r is not None)
 
 
-def verified_through(verdicts: Sequence[Verdict], repaired: set[int], *,
-                     full: bool) -> datetime | None:
-    """The time one full round (a cycle of its own) proves the file equal up to, or None."""
-    if not full:
-        return None
-    return cycle_verified([part_of(verdicts, repaired, "", True)])
+def tally(verdicts: Iterable[Verdict]) -> dict[str, int]:
+    """ISNs per verdict."""
+    return dict(Counter(v.verdict for v in verdicts))
+
+
+def in_words(counts: dict[str, int]) -> str:
+    """``{"match": 214, "differs": 3}`` → ``"3 differs, 214 match"``."""
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
 
 
 def drift_ratio(verdicts: Sequence[Verdict]) -> float:

@@ -89,6 +89,8 @@ def pseudo_occurrence(records: pa.Table, images: pa.Table) -> tuple[np.ndarray, 
     images are its records' URBRDCNT images, record by record. Images that do not line up
     with their records (counts or rsnr differ: never for what the state machine lands) get
     occ 0 and join no record: an image is never handed to another record's ISN."""
+    import pyarrow as pa
+
     rec_occ = np.ones(records.num_rows, np.int64)
     img_occ = np.ones(images.num_rows, np.int64)
     recs = _initial_rows(records)
@@ -96,18 +98,20 @@ def pseudo_occurrence(records: pa.Table, images: pa.Table) -> tuple[np.ndarray, 
     if not len(recs):
         img_occ[imgs] = 0
         return rec_occ, img_occ
-    keys = _key_codes(records, recs)
-    rsnr = _ints(records, "rsnr")[recs]
+    initial = records.take(pa.array(recs))  # only the tsnr-0 rows are converted
+    keys = _key_codes(initial)
+    rsnr = _ints(initial, "rsnr")
     new = np.ones(len(recs), bool)
     new[1:] = (keys[1:] != keys[:-1]) | (rsnr[1:] <= rsnr[:-1])
     count = np.cumsum(new)
     first = np.maximum.accumulate(np.where(_starts(keys), np.arange(len(recs)), 0))
     ordinal = count - count[first] + 1
     rec_occ[recs] = ordinal
-    dcnt = np.maximum(_ints(records, "dcnt")[recs], 0)
+    dcnt = np.maximum(_ints(initial, "dcnt"), 0)
     want_key, want_rsnr = np.repeat(keys, dcnt), np.repeat(rsnr, dcnt)
-    if (len(want_key) == len(imgs) and np.array_equal(want_key, _key_codes(images, imgs))
-            and np.array_equal(want_rsnr, _ints(images, "rsnr")[imgs])):
+    placed = images.take(pa.array(imgs))
+    if (len(want_key) == len(imgs) and np.array_equal(want_key, _key_codes(placed))
+            and np.array_equal(want_rsnr, _ints(placed, "rsnr"))):
         img_occ[imgs] = np.repeat(ordinal, dcnt)
     else:
         img_occ[imgs] = 0
@@ -120,9 +124,9 @@ def _ints(table: pa.Table, name: str) -> np.ndarray:
     return pc.fill_null(table.column(name), -1).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def _key_codes(table: pa.Table, rows: np.ndarray) -> np.ndarray:
+def _key_codes(table: pa.Table) -> np.ndarray:
     """One int per row for its (subscription, destination, epoch): equal keys, equal ints."""
-    sub, dst, epoch = (_ints(table, c)[rows] for c in ("_sub", "_dst", "epoch"))
+    sub, dst, epoch = (_ints(table, c) for c in ("_sub", "_dst", "epoch"))
     return (sub << 42) ^ (dst << 21) ^ epoch
 
 

@@ -29,7 +29,8 @@ import pytest
 from pipeline import errors
 from pipeline.ops.lake import Lake
 from pipeline.ops.reconcile_cli import exit_code
-from pipeline.ops.reconcile_cmd import PROOFS, RESULTS, Options, RoundResult, run_round
+from pipeline.ops.reconcile_cmd import Options, RoundResult, run_round
+from pipeline.ops.reconcile_tables import PROOFS, RESULTS
 from pipeline.spark.land.tables import table_path
 from tests.e2e.scenario import scenario_settings
 from tests.faults.helpers import PacedLoad

@@ -129,6 +129,16 @@ def _result(*names: str) -> RoundResult:
     return RoundResult("RCNTEST1", [fr], T, 1)
 
 
+def test_only_a_full_round_proves_the_file() -> None:
+    full, sample = _result("match", "match"), _result("match", "match")
+    sample.files[0].full = False
+    for fr in (full.files[0], sample.files[0]):
+        fr.verdicts = [Verdict(v.isn, v.verdict, answer_version=(T, 1, 0, 1))
+                       for v in fr.verdicts]
+    assert full.files[0].verified_through() == T
+    assert sample.files[0].verified_through() is None
+
+
 def test_exit_codes() -> None:
     assert exit_code(_result("match", "match")) == errors.OK
     assert exit_code(_result("match", "unanswered")) == errors.PROBLEMS
@@ -179,7 +189,8 @@ def test_capped_full_rounds_make_a_cycle_that_proves_the_file(ops_settings: Sett
     proves the file through the cycle's earliest read; the fourth starts a new cycle."""
     import random
 
-    from pipeline.ops.reconcile_cmd import PROOFS, plan, record
+    from pipeline.ops.reconcile_cmd import plan, record
+    from pipeline.ops.reconcile_tables import PROOFS
 
     settings = ops_settings.model_copy(update={"reconcile": ops_settings.reconcile.model_copy(
         update={"full_round_isns": 2})})

@@ -46,16 +46,25 @@ def test_chunks_respect_the_requests_limit() -> None:
     assert list(rounds.chunks(list(range(1, 8)), 3)) == [[1, 2, 3], [4, 5, 6], [7]]
 
 
-def test_verified_through_only_for_a_full_round_with_everything_equal_or_repaired() -> None:
+def _one_round(verdicts: list[Verdict], repaired: set[int]):
+    """What a full round that is a cycle of its own proves."""
+    return rounds.cycle_verified([rounds.part_of(verdicts, repaired, "RCNA", True)])
+
+
+def test_a_full_round_proves_the_file_only_with_everything_equal_or_repaired() -> None:
     equal = [verdict(1, "match", 5), verdict(2, "match", 3)]
-    assert rounds.verified_through(equal, set(), full=True) == T0 + timedelta(seconds=3)
-    assert rounds.verified_through(equal, set(), full=False) is None
+    assert _one_round(equal, set()) == T0 + timedelta(seconds=3)
     drift = [*equal, verdict(3, "differs", 4)]
-    assert rounds.verified_through(drift, set(), full=True) is None
-    assert rounds.verified_through(drift, {3}, full=True) == T0 + timedelta(seconds=3)
-    assert rounds.verified_through([*equal, verdict(4, "unanswered", None)], set(),
-                                   full=True) is None
-    assert rounds.verified_through([], set(), full=True) is None
+    assert _one_round(drift, set()) is None
+    assert _one_round(drift, {3}) == T0 + timedelta(seconds=3)
+    assert _one_round([*equal, verdict(4, "unanswered", None)], set()) is None
+    assert _one_round([], set()) is None
+
+
+def test_tally_in_words() -> None:
+    counts = rounds.tally([verdict(1, "match"), verdict(2, "differs"), verdict(3, "match")])
+    assert counts == {"match": 2, "differs": 1}
+    assert rounds.in_words(counts) == "1 differs, 2 match" and rounds.in_words({}) == ""
 
 
 def test_drift_ratio_counts_judged_isns_only() -> None:
