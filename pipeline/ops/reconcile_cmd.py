@@ -63,7 +63,7 @@ class FileRound:
     fields: list[str] = field(default_factory=list)
     before: dict[int, LakeState] = field(default_factory=dict)
     floor: dict[int, datetime] = field(default_factory=dict)  # answers must be read after
-    seen_batch: int = -1  # the newest batch in changes_ when the lake was read (-1: none)
+    seen_batch: int = -1  # the newest batch whose MERGE the read of current_ held
     answers: dict[int, Answer] = field(default_factory=dict)
     verdicts: list[Verdict] = field(default_factory=list)
     repaired: set[int] = field(default_factory=set)
@@ -158,8 +158,7 @@ def snapshot(lake: Lake, fr: FileRound) -> None:
     """The lake before asking: each ISN's row, and the time its answer must be read after."""
     files = rl.FileTables(fr.lay)
     fr.fields = rl.value_fields(lake, files)
-    fr.seen_batch = rl.last_batch(lake, files)  # before the rows: a later batch is "landed"
-    fr.before = rl.lake_rows(lake, files, fr.isns, fr.fields)
+    fr.before, fr.seen_batch = rl.read_state(lake, files, fr.isns, fr.fields)
     mark = rl.watermark(lake, fr.lay.subscription, fr.lay.dbid).watermark or datetime.min
     fr.floor = {i: max(mark, fr.before[i].version[0]) if i in fr.before else mark
                 for i in fr.isns}

@@ -104,38 +104,44 @@ def _isin(isns: Collection[int]) -> Any:
 
 def lake_rows(lake: Lake, files: FileTables, isns: Collection[int],
               fields: list[str]) -> dict[int, LakeState]:
+    """Each ISN's row in ``current_`` (``read_state``)."""
+    return read_state(lake, files, isns, fields)[0]
+
+
+def read_state(lake: Lake, files: FileTables, isns: Collection[int],
+               fields: list[str]) -> tuple[dict[int, LakeState], int]:
     """Each ISN's row in ``current_`` (values, version, deleted), or its tombstone when that is
-    newer (a removed ISN). A tombstone older than no row at all stands for the ISN being
-    absent: the version guard's memory, and the time an answer must be newer than."""
+    newer (a removed ISN): a tombstone older than no row at all stands for the ISN being
+    absent, the version guard's memory. And, from the same snapshot of ``current_``, the
+    newest batch whose MERGE it holds (the greatest ``batch_id`` of its rows; -1: none): the
+    changes of later batches are what landed after the read."""
     out: dict[int, LakeState] = {}
-    rows = scan(lake, files.current, ["isn", "deleted", *_VERSION, *fields], _isin(isns))
-    for row in rows.to_pylist() if rows is not None else []:
-        out[int(row["isn"])] = LakeState(_version(row), bool(row.get("deleted")),
-                                         {f: row.get(f) for f in fields})
+    applied = -1
+    found = lake.table(files.current)
+    if found is not None:
+        data = found.to_pyarrow_dataset()
+        rows = data.to_table(columns=["isn", "deleted", *_VERSION, *fields],
+                             filter=_isin(isns), use_threads=False)
+        for row in rows.to_pylist():
+            out[int(row["isn"])] = LakeState(_version(row), bool(row.get("deleted")),
+                                             {f: row.get(f) for f in fields})
+        newest = pc.max(data.to_table(columns=["batch_id"], use_threads=False)
+                        .column("batch_id")).as_py()
+        applied = -1 if newest is None else int(newest)
     stones = scan(lake, files.tombstones, ["isn", *_VERSION], _isin(isns))
     for row in stones.to_pylist() if stones is not None else []:
         isn, version = int(row["isn"]), _version(row)
         if isn not in out or out[isn].version < version:
             out[isn] = LakeState(version, deleted=True)
-    return out
+    return out, applied
 
 
-def last_batch(lake: Lake, files: FileTables) -> int:
-    """The newest batch that wrote the file's ``changes_`` (-1: none yet)."""
-    rows = scan(lake, files.changes, ["batch_id"])
-    if rows is None or not rows.num_rows:
-        return -1
-    newest = pc.max(rows.column("batch_id")).as_py()
-    return -1 if newest is None else int(newest)
-
-
-def landed_changes(lake: Lake, files: FileTables, isns: Collection[int], from_batch: int,
+def landed_changes(lake: Lake, files: FileTables, isns: Collection[int], after_batch: int,
                    fields: list[str]) -> dict[int, list[LakeState]]:
-    """Each ISN's changes the job landed in ``changes_`` from batch ``from_batch`` on: the
-    newest batch when the lake was read (its ``current_`` MERGE may have committed after the
-    read) and every later one; a change the read already held counts twice, harmlessly. A
-    delete (D) as deleted, any other record as its after image's values."""
-    where = _isin(isns) & (pc.field("batch_id") >= from_batch)
+    """Each ISN's changes the job landed in ``changes_`` in batches after ``after_batch``
+    (the newest whose ``current_`` MERGE the lake's read held, ``read_state``): a delete (D)
+    as deleted, any other record as its after image's values."""
+    where = _isin(isns) & (pc.field("batch_id") > after_batch)
     rows = scan(lake, files.changes, ["isn", "record_type", "image_type", *_VERSION, *fields],
                 where)
     out: dict[int, list[LakeState]] = {}

@@ -43,7 +43,8 @@ def _write(settings: Settings, table: str, rows: list[dict], schema: pa.Schema) 
 
 CURRENT = pa.schema([("isn", pa.int64()), ("color", pa.string()), ("deleted", pa.bool_()),
                      ("verified", pa.bool_()), ("epoch", pa.int32()), ("tsnr", pa.int64()),
-                     ("rsnr", pa.int64()), ("commit_time", TS), ("origin", pa.string())])
+                     ("rsnr", pa.int64()), ("commit_time", TS), ("origin", pa.string()),
+                     ("batch_id", pa.int64())])
 CHANGES = pa.schema([("isn", pa.int64()), ("record_type", pa.string()),
                      ("image_type", pa.string()), ("epoch", pa.int32()), ("tsnr", pa.int64()),
                      ("rsnr", pa.int64()), ("commit_time", TS_UTC), ("color", pa.string()),
@@ -52,9 +53,10 @@ STONES = pa.schema([("isn", pa.int64()), ("epoch", pa.int32()), ("tsnr", pa.int6
                     ("rsnr", pa.int64()), ("commit_time", TS)])
 
 
-def _current(isn: int, color: str, at: float, tsnr: int = 1, deleted: bool = False) -> dict:
+def _current(isn: int, color: str, at: float, tsnr: int = 1, deleted: bool = False,
+             batch: int = 1) -> dict:
     return {"isn": isn, "color": color, "deleted": deleted, "verified": True, "epoch": 1,
-            "tsnr": tsnr, "rsnr": 1, "commit_time": s(at), "origin": "live"}
+            "tsnr": tsnr, "rsnr": 1, "commit_time": s(at), "origin": "live", "batch_id": batch}
 
 
 def _change(isn: int, rt: str, it: str, at: float, color: str | None, tsnr: int = 0,
@@ -71,7 +73,8 @@ def _record(isn: int, at: float, rsp: int = 0, sub: str = "COLOR", fnr: int = 4)
 
 def test_rows_tombstones_changes_and_fields(ops_settings: Settings) -> None:
     lake = Lake(ops_settings)
-    _write(ops_settings, FILES.current, [_current(1, "RED", 1), _current(2, "BLUE", 2)], CURRENT)
+    _write(ops_settings, FILES.current, [_current(1, "RED", 1),
+                                         _current(2, "BLUE", 2, batch=2)], CURRENT)
     _write(ops_settings, FILES.tombstones, [{"isn": 3, "epoch": 1, "tsnr": 4, "rsnr": 1,
                                              "commit_time": s(3)}], STONES)
     _write(ops_settings, FILES.changes, [
@@ -83,11 +86,12 @@ def test_rows_tombstones_changes_and_fields(ops_settings: Settings) -> None:
     rows = rl.lake_rows(lake, FILES, [1, 2, 3, 4], ["color"])
     assert rows[1].values == {"color": "RED"} and rows[1].version == (s(1), 1, 1, 1)
     assert rows[3].deleted and rows[3].version[0] == s(3) and 4 not in rows
-    assert rl.last_batch(lake, FILES) == 4
-    landed = rl.landed_changes(lake, FILES, [1, 2], 3, ["color"])
+    _, applied = rl.read_state(lake, FILES, [1], ["color"])
+    assert applied == 2, "the newest batch whose MERGE the current_ read holds"
+    landed = rl.landed_changes(lake, FILES, [1, 2], applied, ["color"])
     assert [(c.deleted, dict(c.values)) for c in landed[1]] == [(False, {"color": "GREEN"})]
     assert [c.deleted for c in landed[2]] == [True], "a delete; batch 1 was in the lake read"
-    assert set(rl.landed_changes(lake, FILES, [1, 2], 4, ["color"])) == {2}
+    assert set(rl.landed_changes(lake, FILES, [1, 2], 3, ["color"])) == {2}
 
 
 def test_answers_of_the_round_only(ops_settings: Settings, write_table: WriteTable) -> None:
