@@ -33,6 +33,7 @@ slowest; writes them to ``.bench/log-age-<time>.json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
@@ -54,6 +55,8 @@ if str(ROOT) not in sys.path:  # run as a script
 TRIGGER_S = 5
 CHECKPOINT_INTERVAL = 50
 _VERSIONED = re.compile(r"^(\.?)(\d{20})(\..*)$")
+#: the S3 emulator's bucket for the tables on S3
+S3_BUCKET = "log-age"
 
 
 def retained(days: float) -> int:
@@ -106,45 +109,132 @@ def _link(source: Path, target: Path) -> Path:
         return target
 
 
-def _timed_appends(spark: Any, path: str, commits: int, budget_s: float) -> list[float]:
+def _timed_appends(spark: Any, path: str, commits: int, budget_s: float,
+                   emulator: Any = None) -> tuple[list[float], list[int]]:
+    """The appends' times (ms) and, on the S3 emulator, each one's LIST requests."""
     row = spark.range(1)
     times: list[float] = []
+    lists: list[int] = []
     started = time.monotonic()
     while len(times) < commits and time.monotonic() - started < budget_s:
+        before = emulator.snapshot()["LIST"] if emulator else 0
         t0 = time.perf_counter()
         row.write.format("delta").mode("append").save(path)
         times.append((time.perf_counter() - t0) * 1000)
-    return times
+        if emulator:
+            lists.append(emulator.snapshot()["LIST"] - before)
+    return times, lists
 
 
-def child(store: str, ages: list[float], commits: int, budget_s: float) -> list[dict[str, Any]]:
-    """One store's rows, in this process's own Spark driver."""
+def age_s3_log(emulator: Any, bucket: str, log: str, versions: int) -> int:
+    """``age_log`` on an S3 bucket of the emulator (devtools/s3_emulator.py): the same moves
+    and fillers, made in moto's bucket directly (a million PUTs would take hours), two keys per
+    commit (S3A writes no Hadoop checksums); the keys under ``log`` after."""
+    from devtools.s3_emulator import put_key, remove_key, renamed
+
+    keys = emulator.bucket(bucket).keys
+    prefix = log.rstrip("/") + "/"
+
+    def under() -> list[str]:
+        return [n for n in dict.keys(keys) if n.startswith(prefix)]
+
+    if versions == 0:
+        return len(under())
+    names = [n for n in under() if _VERSIONED.match(n[len(prefix):])]
+    for name in sorted(names, key=lambda n: -int(n[len(prefix):][:20])):
+        version, rest = int(name[len(prefix):][:20]), name[len(prefix) + 20:]
+        put_key(keys, f"{prefix}{version + versions:020d}{rest}", remove_key(keys, name))
+    sources = {rest: keys[f"{prefix}{versions + offset:020d}{rest}"]
+               for offset, rest in ((1, ".json"), (1, ".crc"),
+                                    (CHECKPOINT_INTERVAL, ".checkpoint.parquet"))
+               if dict.__contains__(keys, f"{prefix}{versions + offset:020d}{rest}")}
+    for key in sources.values():
+        key.etag  # computed once, before the fillers share the key's value  # noqa: B018
+    for version in range(versions):
+        for rest in (".json", ".crc") + ((".checkpoint.parquet",) if version and
+                                         version % CHECKPOINT_INTERVAL == 0 else ()):
+            if rest in sources:
+                name = f"{prefix}{version:020d}{rest}"
+                put_key(keys, name, renamed(sources[rest], name))
+    # through a request: a PUT gives the object the etag and checksum of its new text
+    info = json.loads(keys[f"{prefix}_last_checkpoint"].value)
+    info["version"] += versions
+    info.pop("checksum", None)
+    emulator.client().put_object(Bucket=bucket, Key=f"{prefix}_last_checkpoint",
+                                 Body=json.dumps(info, separators=(",", ":")).encode())
+    return len(under())
+
+
+def _local_table(spark: Any, tmp: str, days: float) -> tuple[str, int]:
+    """A fresh local table aged ``days``: its path and the files in its log."""
+    path = f"{tmp}/age-{days:g}"
+    _fresh_table(spark, path)
+    return path, age_log(Path(path) / "_delta_log", retained(days))
+
+
+def _fresh_table(spark: Any, path: str) -> None:
+    spark.sql(f"CREATE TABLE delta.`{path}` (id BIGINT) USING delta TBLPROPERTIES "
+              f"('delta.checkpointInterval' = '{CHECKPOINT_INTERVAL}')")
+    for _ in range(CHECKPOINT_INTERVAL + 10):  # a checkpoint and commits after it
+        spark.range(1).write.format("delta").mode("append").save(path)
+
+
+def _settings(storage: str, store: str, endpoint: str | None) -> Any:
     from pipeline.config import load_settings
-    from pipeline.spark.engine.session import build_session
 
     settings = load_settings(ROOT / "conf" / "test.yaml", env={})
-    settings = settings.model_copy(update={"stream": settings.stream.model_copy(
-        update={"delta_log_store": store})})
-    spark = build_session(settings)
+    stream: dict[str, Any] = {"delta_log_store": store}
+    update: dict[str, Any] = {}
+    if storage == "s3":
+        stream["lake_dir"] = f"s3a://{S3_BUCKET}/lake"
+        update["object_store"] = settings.object_store.model_copy(
+            update={"endpoint": endpoint, "path_style_access": True})
+    update["stream"] = settings.stream.model_copy(update=stream)
+    return settings.model_copy(update=update)
+
+
+def child(storage: str, store: str, ages: list[float], commits: int,
+          budget_s: float) -> list[dict[str, Any]]:
+    """One (storage, store)'s rows, in this process's own Spark driver (and, for S3, its own
+    emulator: a thread of this process the driver's S3A reaches over HTTP)."""
+    with contextlib.ExitStack() as stack:
+        emulator = None
+        if storage == "s3":
+            from devtools import s3_emulator
+
+            os.environ.update(s3_emulator.CREDENTIALS)  # the JVM inherits them
+            emulator = stack.enter_context(s3_emulator.running(buckets=(S3_BUCKET,)))
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="log-age-"))
+        return _rows(storage, store, emulator, tmp, ages, commits, budget_s)
+
+
+def _rows(storage: str, store: str, emulator: Any, tmp: str, ages: list[float], commits: int,
+          budget_s: float) -> list[dict[str, Any]]:
+    from pipeline.spark.engine.session import build_session
+
+    spark = build_session(_settings(storage, store, emulator and emulator.endpoint))
     jvm = spark.sparkContext._jvm
     rows = []
-    with tempfile.TemporaryDirectory(prefix="log-age-") as tmp:
-        for days in ages:
-            path = f"{tmp}/age-{days:g}"
-            spark.sql(f"CREATE TABLE delta.`{path}` (id BIGINT) USING delta TBLPROPERTIES "
-                      f"('delta.checkpointInterval' = '{CHECKPOINT_INTERVAL}')")
-            for _ in range(CHECKPOINT_INTERVAL + 10):  # a checkpoint and commits after it
-                spark.range(1).write.format("delta").mode("append").save(path)
-            files = age_log(Path(path) / "_delta_log", retained(days))
-            jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # the renamed log afresh
-            times = _timed_appends(spark, path, commits, budget_s)
-            count = spark.read.format("delta").load(path).count()
-            rows.append({"store": store, "age_days": days, "log_files": files,
-                         "versions": retained(days) + CHECKPOINT_INTERVAL + 11,
-                         "commits": len(times), "rows_after": count,
-                         "p50_ms": statistics.median(times), "mean_ms": statistics.mean(times),
-                         "max_ms": max(times)})
-            print(json.dumps(rows[-1]), flush=True)
+    for days in ages:
+        if emulator is None:
+            path, files = _local_table(spark, tmp, days)
+        else:
+            path = f"s3a://{S3_BUCKET}/age-{days:g}"
+            _fresh_table(spark, path)
+            files = age_s3_log(emulator, S3_BUCKET, f"age-{days:g}/_delta_log", retained(days))
+        jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # the renamed log afresh
+        before = emulator.snapshot() if emulator else None
+        times, lists = _timed_appends(spark, path, commits, budget_s, emulator)
+        requests = {op: round(n / len(times), 1) for op, n in
+                    sorted((emulator.snapshot() - before).items())} if emulator else {}
+        count = spark.read.format("delta").load(path).count()
+        rows.append({"storage": storage, "store": store, "age_days": days, "log_files": files,
+                     "versions": retained(days) + CHECKPOINT_INTERVAL + 11,
+                     "commits": len(times), "rows_after": count,
+                     "p50_ms": statistics.median(times), "mean_ms": statistics.mean(times),
+                     "max_ms": max(times), "requests_per_append": requests,
+                     "times_ms": [round(t) for t in times], "lists": lists})
+        print(json.dumps(rows[-1]), flush=True)
     spark.stop()
     return rows
 
@@ -153,6 +243,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ages", default="0,1,7,30", help="days (0,1,7,30)")
     p.add_argument("--stores", default="probing,hadoop", help="log stores (probing,hadoop)")
+    p.add_argument("--storage", default="local,s3",
+                   help="where the tables are: local disk, moto's S3 (local,s3)")
     p.add_argument("--commits", type=int, default=120, help="appends timed per age (120)")
     p.add_argument("--budget", type=float, default=180.0,
                    help="seconds of appends per age at most (180)")
@@ -164,29 +256,41 @@ def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     ages = [float(a) for a in args.ages.split(",")]
     if args.child:
-        child(args.child, ages, args.commits, args.budget)
+        storage, store = args.child.split(":")
+        child(storage, store, ages, args.commits, args.budget)
         return 0
     rows: list[dict[str, Any]] = []
-    for store in args.stores.split(","):
-        done = subprocess.run(
-            [sys.executable, __file__, "--child", store, "--ages", args.ages,
-             "--commits", str(args.commits), "--budget", str(args.budget)],
-            cwd=ROOT, capture_output=True, text=True)
-        got = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-        if done.returncode != 0:
-            print(done.stderr[-3000:], file=sys.stderr)
-            return 1
-        rows += got
-    print("| store | age (days) | files in _delta_log | appends | p50 ms | mean ms | slowest ms |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['store']} | {r['age_days']:g} | {r['log_files']:,} | {r['commits']} | "
-              f"{r['p50_ms']:,.0f} | {r['mean_ms']:,.0f} | {r['max_ms']:,.0f} |")
+    for storage in args.storage.split(","):
+        for store in args.stores.split(","):
+            done = subprocess.run(
+                [sys.executable, __file__, "--child", f"{storage}:{store}", "--ages", args.ages,
+                 "--commits", str(args.commits), "--budget", str(args.budget)],
+                cwd=ROOT, capture_output=True, text=True)
+            got = [json.loads(line) for line in done.stdout.splitlines()
+                   if line.startswith("{")]
+            if done.returncode != 0:
+                print(done.stderr[-3000:], file=sys.stderr)
+                return 1
+            rows += got
+    print(table(rows))
     out = ROOT / ".bench" / f"log-age-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(rows, indent=1))
     print(f"rows saved in {out.relative_to(ROOT)}")
     return 0
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The rows as BENCHMARKS.md's table."""
+    lines = ["| storage | store | age (days) | files in _delta_log | appends | p50 ms | mean ms "
+             "| slowest ms | S3 requests per append |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        asked = ", ".join(f"{op} {n:g}" for op, n in r.get("requests_per_append", {}).items())
+        lines.append(f"| {r.get('storage', 'local')} | {r['store']} | {r['age_days']:g} | "
+                     f"{r['log_files']:,} | {r['commits']} | {r['p50_ms']:,.0f} | "
+                     f"{r['mean_ms']:,.0f} | {r['max_ms']:,.0f} | {asked or '–'} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

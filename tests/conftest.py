@@ -22,7 +22,7 @@ from __future__ import annotations
 import fcntl
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,23 +152,6 @@ class S3Server:
     env: dict[str, str]
 
 
-def _no_interim_continue(run_wsgi: Callable[[Any], None]) -> Callable[[Any], None]:
-    """moto's werkzeug server without its "100 Continue" interim response.
-
-    Why: S3A uploads files (RocksDB's state files, copied from local disk) through the AWS
-    SDK's Netty client, which sends the body at once and takes an interim 100 that arrives
-    after it for the final answer ("S3Exception: Status Code: 100", aws-sdk-java-v2#1969).
-    Werkzeug writes that 100 for every ``Expect: 100-continue``; a server may leave it out
-    (RFC 9110, 10.1.1), and the request is then answered once, with its final status.
-    """
-
-    def run(handler: Any) -> None:
-        del handler.headers["Expect"]
-        run_wsgi(handler)
-
-    return run
-
-
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
     """moto's S3 in server mode (a thread of this process, on a free port) with a bucket: real
@@ -179,10 +162,12 @@ def s3_server() -> Iterator[S3Server]:
     from moto.moto_server.werkzeug_app import MotoRequestHandler
     from moto.server import ThreadedMotoServer
 
+    from devtools.s3_emulator import no_interim_continue
+
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     patch = pytest.MonkeyPatch()
     patch.setattr(MotoRequestHandler, "run_wsgi",
-                  _no_interim_continue(MotoRequestHandler.run_wsgi))
+                  no_interim_continue(MotoRequestHandler.run_wsgi))
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

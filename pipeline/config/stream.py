@@ -111,11 +111,11 @@ class Stream(Model):
     # Delta lists it at every commit, so a job at a seconds trigger that runs for weeks
     # wants hours here (pipeline/spark/land/log_growth.py; the job warns at start).
     delta_log_retention_days: float = Field(30, ge=1 / 24, le=36_500)
-    # How Delta lists a table's log on a local lake (scheme file:): ``probing`` the project's
-    # own log store (jvm/logstore, decision 0017), which probes the log's known file names
-    # from the version asked for, so a commit costs the same whatever the log holds;
-    # ``hadoop`` Delta's own, which reads the whole folder at every commit. Object stores
-    # and HDFS are not affected (their log stores are Delta's).
+    # How Delta lists a table's log: ``probing`` the project's own log stores (jvm/logstore),
+    # which list from the version asked for, so a commit costs the same whatever the log
+    # holds: on a local lake by probing the log's known file names (decision 0017), on S3
+    # (s3a://) with ListObjectsV2's StartAfter (decision 0019); ``hadoop`` Delta's own,
+    # which read the whole folder at every commit. HDFS is not affected (Delta's store).
     delta_log_store: Literal["probing", "hadoop"] = "probing"
     delta_deleted_file_retention_days: int = Field(7, ge=7, le=36_500)
     # Delta's auto compaction after each commit (``delta.autoOptimize.autoCompact``) on the

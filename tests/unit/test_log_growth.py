@@ -25,13 +25,16 @@ def _settings(**stream: object) -> Settings:
     return base.model_copy(update={"stream": base.stream.model_copy(update=stream)})
 
 
-def test_the_probing_store_of_a_local_lake_is_not_warned_about() -> None:
-    """The project's store lists by name (decision 0017): the default, and quiet."""
+def test_the_projects_stores_are_not_warned_about() -> None:
+    """The project's stores list from the version asked for (decisions 0017 and 0019), on a
+    local lake and on S3: the default, and quiet; Delta's own on S3 is warned about."""
     assert load_settings(TEST_CONF, env={}).stream.delta_log_store == "probing"
     assert advice(_settings(delta_log_retention_days=30, delta_log_store="probing")) is None
     s3 = _settings(delta_log_retention_days=30, delta_log_store="probing",
                    lake_dir="s3a://lake/adabas")
-    assert advice(s3) is not None  # S3's listing is Delta's own store's
+    assert advice(s3) is None
+    deltas = advice(_settings(delta_log_retention_days=30, lake_dir="s3a://lake/adabas"))
+    assert deltas is not None and "LIST requests" in deltas
 
 
 @pytest.mark.parametrize(("text", "ms"), [("5 seconds", 5000), ("500 ms", 500),

@@ -39,8 +39,10 @@ REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|jaas|keystore[.]key"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 #: The driver JVM's own class path: conf's first, then the catalog's JDBC driver.
 CLASS_PATH = "spark.driver.extraClassPath"
-#: The project's Delta log store for local lakes (jvm/logstore, decision 0017) and its jar.
+#: The project's Delta log stores (jvm/logstore): local lakes' (decision 0017), S3 lakes'
+#: (decision 0019), and their jar.
 LOG_STORE_CLASS = "urbpipe.delta.ProbingLocalLogStore"
+S3_LOG_STORE_CLASS = "urbpipe.delta.StartAfterS3LogStore"
 LOG_STORE_JAR = "urbpipe-logstore"
 
 
@@ -83,7 +85,7 @@ def session_conf(settings: Settings, *, jars: bool = True) -> dict[str, str]:
     conf.update(objectstore.spark_conf(settings))
     # the catalog: Hive support, and the embedded metastore's database (else nothing)
     conf.update(metastore.catalog_conf(settings))
-    # a local lake's log listed by name, not by folder (jvm/logstore; else Delta's own)
+    # a lake's log listed from the version asked for, not by folder (jvm/logstore)
     conf.update(log_store_conf(settings, check_jar=jars))
     java = " ".join(filter(None, (s.conf.get(JAVA_OPTIONS), conf[JAVA_OPTIONS])))
     conf.update({**s.conf, JAVA_OPTIONS: java})  # conf's JVM options, and Derby's home too
@@ -96,8 +98,9 @@ def session_conf(settings: Settings, *, jars: bool = True) -> dict[str, str]:
 
 
 def log_store_conf(settings: Settings, *, check_jar: bool = True) -> dict[str, str]:
-    """Delta's log store for ``file:`` paths: the project's probing one unless conf says
-    ``hadoop`` (``stream.delta_log_store``). Its jar is built by scripts/setup.sh into
+    """Delta's log stores: the project's for ``file:`` paths (probing the log's names) and,
+    when the lake or checkpoint is on S3, for ``s3a:`` paths (a start-after listing), unless
+    conf says ``hadoop`` (``stream.delta_log_store``). Their jar is built by scripts/setup.sh into
     ``spark.jars_dir``, with the jars Spark gets; a conf asking for it without the jar is
     refused here rather than by the first Delta commit (under spark-submit, whose ``--jars``
     bring it, by the driver's class check instead: ``check_jar`` False)."""
@@ -108,7 +111,10 @@ def log_store_conf(settings: Settings, *, check_jar: bool = True) -> dict[str, s
         raise ConfigError(f"stream.delta_log_store is probing but {jars} has no "
                           f"{LOG_STORE_JAR} jar: run `scripts/setup.sh` (it builds "
                           "jvm/logstore), or set stream.delta_log_store: hadoop")
-    return {"spark.delta.logStore.file.impl": LOG_STORE_CLASS}
+    conf = {"spark.delta.logStore.file.impl": LOG_STORE_CLASS}
+    if settings.on_object_store():  # its class needs hadoop-aws, there only then
+        conf["spark.delta.logStore.s3a.impl"] = S3_LOG_STORE_CLASS
+    return conf
 
 
 def resolve_conf(settings: Settings, launch: Launch) -> SessionConf:

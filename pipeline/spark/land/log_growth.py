@@ -14,14 +14,14 @@ checksum of each). HDFS lists the whole folder too (its cost per file was not me
 so the estimate for it is the local file system's). On ``s3a://`` Delta's
 ``S3SingleDriverLogStore`` lists the whole folder at every commit as well, in LIST requests of
 1,000 keys, two keys per commit (the JSON and Delta's CRC; S3A writes no Hadoop checksums):
-the warning counts the requests, since no S3 is reachable from here to time one. Delta's
-start-after listing (``delta.enableFastS3AListFrom``) would bound it, but fails with the jars
-the product ships (``pipeline.config``, refused there).
+the warning counts the requests. Delta's start-after listing (``delta.enableFastS3AListFrom``)
+would bound it, but fails with the jars the product ships (``pipeline.config``, refused there).
 
-On a local lake the project's own log store (``stream.delta_log_store: probing``, the
-default; jvm/logstore, decision 0017) does not list the folder: it probes the log's file names
-from the version Delta asks for, so the log's size costs a commit nothing and the job does
-not warn; the figures above are for Delta's own store (``hadoop``) and for S3.
+The project's own log stores (``stream.delta_log_store: probing``, the default; jvm/logstore)
+do not list the folder: on a local lake they probe the log's file names from the version Delta
+asks for (decision 0017), on S3 they list from it with ListObjectsV2's ``StartAfter`` and
+check a commit's one key before writing it (decision 0019). The log's size then costs a commit
+nothing and the job does not warn; the figures above are for Delta's own stores (``hadoop``).
 
 The job does not change the retention on its own (analysts' time travel and the change feed's
 readers depend on it): it says at start what the conf will cost, when that is more than
@@ -70,14 +70,14 @@ def advice(settings: Settings, trigger_interval: str | None = None) -> str | Non
             f"{trigger} trigger): Delta lists that folder at every commit, which adds ")
     lower = (" Lower stream.delta_log_retention_days or raise stream.trigger_interval for a "
              "job that runs for weeks.")
+    if stream.delta_log_store == "probing":
+        return None  # listed from the version asked for: flat (decisions 0017 and 0019)
     if is_object_store(settings.location(stream.lake_dir)):
         lists = commit_lists(commits)
         if lists <= WARN_COMMIT_LISTS:
             return None
         return (f"{held}~{lists:,} S3 LIST requests of {S3_KEYS_PER_LIST:,} keys to each "
                 f"commit of each table once the log is full." + lower)
-    if stream.delta_log_store == "probing":
-        return None  # listed by name from the version asked for: flat (decision 0017)
     added = added_commit_ms(commits)
     if added <= WARN_ADDED_MS:
         return None

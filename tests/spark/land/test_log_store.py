@@ -1,18 +1,27 @@
-"""The project's Delta log store for local lakes (jvm/logstore, decision 0017): what its
-listing returns is what Delta's own returns, from every start Delta asks for, on a real
-table's log (commits, Delta's checksums, checkpoints) before and after the oldest versions
-are cleaned up; and the suite's session runs with it, Delta's log clean-up included."""
+"""The project's Delta log stores (jvm/logstore).
+
+For local lakes (decision 0017): what its listing returns is what Delta's own returns, from
+every start Delta asks for, on a real table's log (commits, Delta's checksums, checkpoints)
+before and after the oldest versions are cleaned up; and the suite's session runs with it,
+Delta's log clean-up included.
+
+For S3 lakes (decision 0019), on the S3 emulator in a driver of its own: the same listings as
+Delta's ``S3SingleDriverLogStore`` from every start, in one LIST request whatever the log
+holds, and writes that check one key."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pipeline.spark.engine.session import LOG_STORE_CLASS
+from pipeline.spark.engine.session import LOG_STORE_CLASS, S3_LOG_STORE_CLASS
 
 INTERVAL = 10  # a checkpoint every 10 commits: three of them in 35 commits
 COMMITS = 35
@@ -131,3 +140,47 @@ def test_a_multi_part_checkpoint_is_listed_the_hadoop_way(spark, log: Path,
         assert _listing(spark, probing, parts, start) == _listing(spark, hadoop, parts, start)
     assert f"{30:020d}.checkpoint.0000000001.0000000001.parquet" in _listing(
         spark, probing, parts, f"{30:020d}.")
+
+
+@pytest.fixture(scope="module")
+def on_s3() -> dict[str, Any]:
+    """tests/spark/land/s3_log_store_run.py's report: a table on the S3 emulator, in a driver
+    of its own (the suite's session has no hadoop-aws)."""
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("s3_log_store_run.py"))],
+                          capture_output=True, text=True, timeout=600)
+    reports = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert done.returncode == 0 and reports, done.stderr[-3000:]
+    return json.loads(reports[-1])
+
+
+def test_an_s3_lake_gets_the_start_after_store(on_s3: dict[str, Any]) -> None:
+    assert on_s3["impl"] == S3_LOG_STORE_CLASS
+
+
+def test_on_s3_its_listing_is_deltas_from_every_start(on_s3: dict[str, Any]) -> None:
+    for start, (ours, deltas) in on_s3["listings"].items():
+        assert ours == deltas, start
+    assert on_s3["listings"][f"{30:020d}."][0][:3] == [
+        f"{30:020d}.checkpoint.parquet", f"{30:020d}.crc", f"{30:020d}.json"]
+
+
+def test_on_s3_a_listing_costs_one_request_whatever_the_log_holds(
+        on_s3: dict[str, Any]) -> None:
+    """From the newest version: one LIST page with the project's store, fresh or aged by
+    20,000 versions (40,000 keys); Delta's lists the whole folder, 40 pages of S3's 1,000."""
+    assert on_s3["aged_keys"] > 40_000
+    assert on_s3["fresh"]["ours"] == {"LIST": 1}
+    assert on_s3["aged"]["ours"] == {"LIST": 1}
+    assert on_s3["aged"]["deltas"]["LIST"] >= 40
+
+
+def test_on_s3_a_write_checks_its_one_key_and_refuses_an_existing_one(
+        on_s3: dict[str, Any]) -> None:
+    assert on_s3["write"] == {"HEAD": 1, "PUT": 1}, "no LIST, no probe of the folder"
+    assert on_s3["again"] == "java.nio.file.FileAlreadyExistsException"
+    assert _delta_files(on_s3["overwritten"]) == [f"{10 ** 9:020d}.json"]
+    assert on_s3["missing"] == "java.io.FileNotFoundException"
+
+
+def test_on_s3_the_aged_table_takes_appends_and_reads_whole(on_s3: dict[str, Any]) -> None:
+    assert on_s3["rows"] == COMMITS + 3

@@ -8,9 +8,7 @@ import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Paths;
 import java.nio.file.attribute.BasicFileAttributes;
-import java.util.ArrayDeque;
 import java.util.Iterator;
-import java.util.NoSuchElementException;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.apache.hadoop.conf.Configuration;
@@ -124,13 +122,11 @@ public class ProbingLocalLogStore extends LocalLogStore {
   }
 
   /** The log's files from a version on, probed one version at a time as they are asked for. */
-  private static final class Probe implements Iterator<FileStatus> {
+  private static final class Probe extends LazyListing {
     private final java.nio.file.Path dir;
     private final Path parent;
     private final String from;
-    private final ArrayDeque<FileStatus> ready = new ArrayDeque<>();
     private long version;
-    private boolean done;
 
     Probe(java.nio.file.Path dir, Path parent, String from, long version) {
       this.dir = dir;
@@ -140,22 +136,7 @@ public class ProbingLocalLogStore extends LocalLogStore {
     }
 
     @Override
-    public boolean hasNext() {
-      while (ready.isEmpty() && !done) {
-        probe();
-      }
-      return !ready.isEmpty();
-    }
-
-    @Override
-    public FileStatus next() {
-      if (!hasNext()) {
-        throw new NoSuchElementException();
-      }
-      return ready.removeFirst();
-    }
-
-    private void probe() {
+    protected void fetch() {
       if (stat(name(version, ".json")) == null) {
         done = true;
         return;
