@@ -49,7 +49,7 @@ faults:  ## fault-injection tests: kill -9, broker outage, corruption, restarts,
 lint: setup  ## ruff
 	@.venv/bin/ruff check .
 
-bench: setup  ## codec, state task, job start, pipeline vs raw Kafka->Delta at 2,000 and 20,000 msgs/batch, one busy key, then the typed tables over 1/2/10/50 files (~70 min; figures go to BENCHMARKS.md by hand)
+bench: setup  ## codec, state task, job start, pipeline vs raw Kafka->Delta at 2,000 and 20,000 msgs/batch (1-8 and 1 records per transaction), one busy key, then the typed tables over 1/2/10/50 files (~70 min; figures go to BENCHMARKS.md by hand)
 	@$(PY) benchmarks/bench_codec.py
 	@$(PY) benchmarks/bench_state.py
 	@$(PY) benchmarks/bench_start.py
@@ -57,6 +57,8 @@ bench: setup  ## codec, state task, job start, pipeline vs raw Kafka->Delta at 2
 	@$(PY) benchmarks/bench_pipeline.py $(BENCH_ARGS)
 	@echo "== pipeline vs raw, 20,000 messages per batch (the product's default cap) =="
 	@$(PY) benchmarks/bench_pipeline.py --transactions 400000 --max-offsets 20000 $(BENCH_ARGS)
+	@echo "== pipeline vs raw, 20,000 messages per batch, transactions of one record (the second shape) =="
+	@$(PY) benchmarks/bench_pipeline.py --transactions 1200000 --max-offsets 20000 --max-records 1 $(BENCH_ARGS)
 	@echo "== one busy key (every transaction on one state task), 5,000 messages per batch: 4 full batches, so a steady figure =="
 	@$(PY) benchmarks/bench_pipeline.py --transactions 400000 --max-offsets 5000 --subscriptions 1 $(BENCH_ARGS)
 	@echo "== typed tables (each file a layout, history on) over 1/2/10/50 files at 2,000 and 20,000 msgs/batch, against the raw passthrough of the same load =="
@@ -69,7 +71,7 @@ scaling: setup  ## full pipeline at 2k/5k/20k/50k msgs/batch x 1/2/8 busy keys, 
 soak: setup  ## >=10 min steady load with faults: state and memory flat? (not in CI; SOAK_ARGS=...)
 	@$(PY) benchmarks/soak.py $(SOAK_ARGS)
 
-log-age: setup  ## a commit's cost as a table ages (fresh, 1, 7, 30 days of _delta_log), both log stores (~20 min; LOG_AGE_ARGS=...)
+log-age: setup  ## a commit's cost as a table ages (fresh, 1, 7, 30 days of _delta_log), both log stores, local disk and the S3 emulator (~50 min; LOG_AGE_ARGS=...)
 	@$(PY) benchmarks/delta_log_age.py $(LOG_AGE_ARGS)
 
 lake-soak: setup  ## >=2,000 batches, maintenance off then on: files, log size, query times (not in CI; LAKE_SOAK_ARGS=...)

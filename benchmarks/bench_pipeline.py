@@ -134,21 +134,28 @@ def ensure_broker(settings: Settings) -> bool:
     return not was_running
 
 
-def load_topic(settings: Settings, transactions: int, seed: int) -> dict[str, Any]:
-    """Fill the output topic flat out with the simulator's load mode; returns its summary."""
+def load_topic(settings: Settings, transactions: int, seed: int,
+               max_records: int | None = None) -> dict[str, Any]:
+    """Fill the output topic flat out with the simulator's load mode; returns its summary.
+    ``max_records``: records per transaction at most (the simulator's mix: 1-8)."""
     from devtools.sim import LoadOptions, Replicator, drive
     from devtools.sim.clock import WallClock
     from devtools.sim.config import from_settings
     from devtools.sim.sinks import KafkaSink
 
-    rep = Replicator(from_settings(settings), seed, transactions=transactions,
-                     clock=WallClock())
+    config = from_settings(settings)
+    if max_records:
+        config = config.model_copy(update={"mix": config.mix.model_copy(update={
+            "max_records": max_records,
+            "min_records": min(config.mix.min_records, max_records)})})
+    rep = Replicator(config, seed, transactions=transactions, clock=WallClock())
     sink = KafkaSink(settings.kafka.bootstrap_servers)
     try:
         summary = drive(rep, sink, LoadOptions(transactions=transactions, progress=True))
     finally:
         sink.close()
-    return summary.as_dict()
+    return {**summary.as_dict(), "records_per_transaction":
+            f"{config.mix.min_records}-{config.mix.max_records}"}
 
 
 def earlier_load(run: str) -> dict[str, Any]:
@@ -440,7 +447,9 @@ def report(settings: Settings, load: dict[str, Any], results: dict[str, dict[str
     r, f = rates(raw, load, records), rates(full, load, records)
     print("\n== Pipeline throughput ==")
     print("settings: " + ", ".join(f"{k}={v}" for k, v in throughput_settings(settings).items()))
-    print(f"load: {load['transactions']} transactions, {load['messages']} messages, "
+    print(f"load: {load['transactions']} transactions "
+          f"({load.get('records_per_transaction', '1-8')} records each), "
+          f"{load['messages']} messages, "
           f"{load['bytes'] / 1e6:.1f} MB ({load['bytes'] / max(load['messages'], 1):.0f} B/msg) "
           f"in {load['seconds']:.1f} s ({load['transactions'] / load['seconds']:.0f} tx/s)")
     print(f"load average during the run (1/5/15 min): {' | '.join(loads)}")
@@ -499,6 +508,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--subscriptions", type=int, choices=range(1, 9), metavar="1..8",
                    help="busy keys: the template's first N subscriptions (1: one busy "
                         "key), ORDERS ones added past its two")
+    p.add_argument("--max-records", type=int,
+                   help="records per transaction at most (the load's shape; default 8: 1-8)")
     p.add_argument("--max-offsets", type=int, help="stream.max_offsets_per_trigger override")
     p.add_argument("--trigger", help="stream.trigger_interval override, e.g. '0 seconds'")
     p.add_argument("--shuffle-partitions", type=int, help="stream.shuffle_partitions override")
@@ -544,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     loads = [load_average()]
     try:
         load = (earlier_load(args.reuse_load) if args.reuse_load
-                else load_topic(settings, args.transactions, args.seed))
+                else load_topic(settings, args.transactions, args.seed, args.max_records))
         (conf.parent / "load.json").write_text(json.dumps(load))
         expect = sum(topic_messages(settings).values())
         results = {}
