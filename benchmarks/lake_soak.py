@@ -13,7 +13,10 @@ process at the trigger of ``--trigger`` (2 seconds: the job's batches come that 
 steady trickle). Every ``--sample-batches`` batches one row: data files of each bulk table
 (the Delta log's count), the size of all Delta logs, and the time of two analyst queries:
 records counted by file number, and the records of one ISN in tsnr order. At the end the first
-and the last row of each phase side by side.
+and the last row of each phase side by side. Each row also has the query's checkpoint: its files,
+those of its state store, and the mean walCommit of the batches since the row before (the
+state store and the offsets log must stay as flat as the lake: Spark keeps
+``spark.sql.streaming.minBatchesToRetain`` batches of each, 100 by default).
 
 A full run (2,000 batches per phase) takes close to two hours on the 2-core machine with the
 phases side by side: a batch there costs 2-3.7 s, not the trigger's 2 (BENCHMARKS.md "Lake
@@ -55,11 +58,28 @@ class LakeSample:
     log_mb: float
     count_by_fnr_s: float
     isn_history_s: float
+    #: the query's checkpoint: files in all of it and in its state store, and the mean
+    #: walCommit (the offsets log's write) of the batches since the sample before
+    checkpoint_files: int = 0
+    state_files: int = 0
+    wal_commit_ms: float = 0.0
 
 
 def log_mb(lake: Path) -> float:
     """Bytes of every table's ``_delta_log`` (commits, checkpoints, checksums), in MB."""
     return sum(f.stat().st_size for f in lake.glob("*/_delta_log/*") if f.is_file()) / 1e6
+
+
+def checkpoint_shape(checkpoint: Path) -> tuple[int, int]:
+    """Files in the whole checkpoint and in its state store (``state/``)."""
+    every = sum(1 for f in checkpoint.rglob("*") if f.is_file())
+    state = sum(1 for f in (checkpoint / "state").rglob("*") if f.is_file())
+    return every, state
+
+
+def mean_wal_commit_ms(records: list[dict[str, Any]]) -> float:
+    times = [r["durations_ms"].get("walCommit", 0) for r in records if r.get("durations_ms")]
+    return sum(times) / len(times) if times else 0.0
 
 
 def timed(action: Any) -> float:
@@ -83,17 +103,20 @@ def take_sample(spark: Any, settings: Settings, phase: str, batches: int,
     history = timed(lambda: records.where(f"fnr = 4 AND isn = {isn}")
                     .orderBy("epoch", "tsnr", "rsnr").collect())
     lake = Path(settings.location(settings.stream.lake_dir))
-    return LakeSample(phase, batches, files, log_mb(lake), by_fnr, history), isn
+    every, state = checkpoint_shape(Path(settings.location(settings.stream.checkpoint_dir)))
+    return LakeSample(phase, batches, files, log_mb(lake), by_fnr, history, every, state), isn
 
 
 def print_row(s: LakeSample) -> None:
     files = " ".join(f"{s.files[t]:7}" for t in DIRECT_TABLES)
     print(f"{s.phase:5} {s.batches:7} {files} {s.log_mb:8.1f} {s.count_by_fnr_s:8.2f} "
-          f"{s.isn_history_s:8.2f}", flush=True)
+          f"{s.isn_history_s:8.2f} {s.checkpoint_files:8} {s.state_files:8} "
+          f"{s.wal_commit_ms:8.0f}", flush=True)
 
 
 HEADER = (f"{'phase':5} {'batches':>7} " + " ".join(f"{t[:7]:>7}" for t in DIRECT_TABLES)
-          + f" {'log MB':>8} {'q fnr s':>8} {'q isn s':>8}")
+          + f" {'log MB':>8} {'q fnr s':>8} {'q isn s':>8} {'ck files':>8} {'state':>8}"
+          f" {'wal ms':>8}")
 
 
 def run_phase(phase: str, args: argparse.Namespace, run_dir: Path) -> list[LakeSample]:
@@ -122,9 +145,11 @@ def run_phase(phase: str, args: argparse.Namespace, run_dir: Path) -> list[LakeS
             time.sleep(2)
             if query.exception() is not None:
                 raise RuntimeError(f"query failed: {query.exception()}")
-            batches = len(read_records(metrics))
+            records = read_records(metrics)
+            batches = len(records)
             if batches >= next_sample:
                 sample, isn = take_sample(spark, settings, phase, batches, isn)
+                sample.wal_commit_ms = mean_wal_commit_ms(records[-args.sample_batches:])
                 samples.append(sample)
                 print_row(sample)
                 next_sample += args.sample_batches

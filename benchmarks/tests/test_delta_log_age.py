@@ -66,3 +66,37 @@ def test_past_the_links_per_file_a_copy_carries_on(tmp_path: Path, monkeypatch) 
     assert commits == list(range(261))
     assert all((log / f"{v:020d}.json").read_text() == "1" for v in range(200))
     assert max(p.stat().st_nlink for p in log.iterdir()) <= 3
+
+
+def test_an_s3_log_is_aged_the_same_way_in_the_emulators_bucket() -> None:
+    """Two keys per commit (S3A writes no Hadoop checksums); ``_last_checkpoint`` rewritten
+    through a request, so its etag and checksum are its new text's."""
+    from benchmarks.delta_log_age import age_s3_log
+    from devtools import s3_emulator
+
+    with s3_emulator.running(buckets=("aged",)) as emulator:
+        client = emulator.client()
+        for v in range(61):
+            for suffix in (".json", ".crc"):
+                client.put_object(Bucket="aged", Key=f"t/_delta_log/{v:020d}{suffix}",
+                                  Body=f"{v}".encode())
+        client.put_object(Bucket="aged", Key=f"t/_delta_log/{50:020d}.checkpoint.parquet",
+                          Body=b"cp")
+        client.put_object(Bucket="aged", Key="t/_delta_log/_last_checkpoint",
+                          Body=b'{"version":50,"size":3,"checksum":"ab"}')
+        filler = 1000
+        keys = age_s3_log(emulator, "aged", "t/_delta_log", filler)
+        assert keys == (filler + 61) * 2 + filler // CHECKPOINT_INTERVAL + 1
+        listed = [o["Key"][len("t/_delta_log/"):] for page in
+                  client.get_paginator("list_objects_v2").paginate(
+                      Bucket="aged", Prefix="t/_delta_log/") for o in page["Contents"]]
+        assert sorted(int(n[:20]) for n in listed if n.endswith(".json")) == list(
+            range(filler + 61))
+        assert sorted(int(n[:20]) for n in listed if n.endswith(".checkpoint.parquet")) == [
+            *range(50, filler, 50), filler + 50]
+        read = client.get_object(Bucket="aged", Key="t/_delta_log/_last_checkpoint")
+        assert json.loads(read["Body"].read()) == {"version": filler + 50, "size": 3}
+        moved = client.get_object(Bucket="aged", Key=f"t/_delta_log/{filler + 60:020d}.json")
+        assert moved["Body"].read() == b"60"
+        filled = client.get_object(Bucket="aged", Key=f"t/_delta_log/{7:020d}.json")
+        assert filled["Body"].read() == b"1"
