@@ -130,17 +130,13 @@ def age_s3_log(emulator: Any, bucket: str, log: str, versions: int) -> int:
     """``age_log`` on an S3 bucket of the emulator (devtools/s3_emulator.py): the same moves
     and fillers, made in moto's bucket directly (a million PUTs would take hours), two keys per
     commit (S3A writes no Hadoop checksums); the keys under ``log`` after."""
-    from devtools.s3_emulator import put_key, remove_key, renamed
+    from devtools.s3_emulator import names_under, put_key, remove_key, renamed
 
     keys = emulator.bucket(bucket).keys
     prefix = log.rstrip("/") + "/"
-
-    def under() -> list[str]:
-        return [n for n in dict.keys(keys) if n.startswith(prefix)]
-
     if versions == 0:
-        return len(under())
-    names = [n for n in under() if _VERSIONED.match(n[len(prefix):])]
+        return len(names_under(keys, prefix))
+    names = [n for n in names_under(keys, prefix) if _VERSIONED.match(n[len(prefix):])]
     for name in sorted(names, key=lambda n: -int(n[len(prefix):][:20])):
         version, rest = int(name[len(prefix):][:20]), name[len(prefix) + 20:]
         put_key(keys, f"{prefix}{version + versions:020d}{rest}", remove_key(keys, name))
@@ -162,7 +158,7 @@ def age_s3_log(emulator: Any, bucket: str, log: str, versions: int) -> int:
     info.pop("checksum", None)
     emulator.client().put_object(Bucket=bucket, Key=f"{prefix}_last_checkpoint",
                                  Body=json.dumps(info, separators=(",", ":")).encode())
-    return len(under())
+    return len(names_under(keys, prefix))
 
 
 def _local_table(spark: Any, tmp: str, days: float) -> tuple[str, int]:

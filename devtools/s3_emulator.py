@@ -119,6 +119,19 @@ def remove_key(keys: Any, name: str) -> Any:
     return dict.pop(keys, name)[-1]
 
 
+def names_under(keys: Any, prefix: str) -> list[str]:
+    """The names of a bucket's keys that start with ``prefix``, in order (from the index)."""
+    index = getattr(keys, _INDEX, None)
+    if index is None:
+        return sorted(n for n in dict.keys(keys) if n.startswith(prefix))
+    found = []
+    for name in index.irange(minimum=prefix):
+        if not name.startswith(prefix):
+            break
+        found.append(name)
+    return found
+
+
 def renamed(key: Any, name: str) -> Any:
     """A shallow copy of a moto key under another name (its value shared, not copied)."""
     other = copy.copy(key)

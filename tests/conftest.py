@@ -155,29 +155,10 @@ class S3Server:
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
     """moto's S3 in server mode (a thread of this process, on a free port) with a bucket: real
-    HTTP, so the job's JVM (S3A) and its Python workers (pyarrow) reach it like any store."""
-    import logging
+    HTTP, so the job's JVM (S3A) and its Python workers (pyarrow) reach it like any store.
+    moto's own listing (no index): devtools/s3_emulator.py."""
+    from devtools import s3_emulator
 
-    import boto3
-    from moto.moto_server.werkzeug_app import MotoRequestHandler
-    from moto.server import ThreadedMotoServer
-
-    from devtools.s3_emulator import no_interim_continue
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-    patch = pytest.MonkeyPatch()
-    patch.setattr(MotoRequestHandler, "run_wsgi",
-                  no_interim_continue(MotoRequestHandler.run_wsgi))
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    env = {"AWS_ACCESS_KEY_ID": "urbpipe-test", "AWS_SECRET_ACCESS_KEY": "urbpipe-test",
-           "AWS_REGION": "us-east-1"}
     bucket = "urbpipe-lake"
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                 aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-                 aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"]).create_bucket(Bucket=bucket)
-    yield S3Server(endpoint, bucket, env)
-    server.stop()
-    patch.undo()
+    with s3_emulator.running(index=False, buckets=(bucket,)) as emulator:
+        yield S3Server(emulator.endpoint, bucket, dict(s3_emulator.CREDENTIALS))

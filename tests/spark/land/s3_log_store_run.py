@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parents[3]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.spark.land.test_log_store import COMMITS, INTERVAL, _starts  # noqa: E402
+
 BUCKET = "log-store"
-INTERVAL = 10
-COMMITS = 35
 AGED = 20_000  # versions added below the table's: 40,000 keys, 40 LIST pages
 
 
@@ -43,11 +43,6 @@ def _lists(emulator: Any, call: Any) -> dict[str, int]:
     before = emulator.snapshot()
     call()
     return dict(emulator.snapshot() - before)
-
-
-def _starts(newest: int) -> list[str]:
-    return [*(f"{v:020d}." for v in (0, 1, 9, 10, 11, 20, 30, newest, newest + 1, newest + 5)),
-            f"{10:020d}.crc", f"{10:020d}.json", f"{30:020d}.checkpoint.parquet"]
 
 
 def _java_class(exc: Exception) -> str:
