@@ -79,7 +79,7 @@ def job_call(state: KeyState | None, frames: list[pd.DataFrame], now: int,
 def fast_landed(done: CallResult, early: state_stage.EarlyFiles) -> int:
     """Transactions the call's fast path landed (flushed early, and the rest)."""
     rest = len(done.landed["transactions"]["tsnr"]) if done.landed else 0
-    return len(early.times) + rest
+    return sum(len(t) for t in early.times) + rest
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,6 +38,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from pipeline.config import Settings
@@ -70,9 +71,9 @@ def _field(row: Any, name: str) -> Any:
     return row.get(name) if isinstance(row, Mapping) else getattr(row, name, None)
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
+def percentile(sorted_values: Sequence[float] | np.ndarray, q: float) -> float:
     """Linear-interpolated percentile (q in 0..1) of an ascending list."""
-    if not sorted_values:
+    if len(sorted_values) == 0:
         return math.nan
     pos = q * (len(sorted_values) - 1)
     lo, hi = math.floor(pos), math.ceil(pos)
@@ -90,23 +91,23 @@ def latency_breakdown(rows: Iterable[Any]) -> dict[str, dict[str, float]]:
                                  for row in rows])
 
 
-def latency_breakdown_us(times: Iterable[Sequence[int | None]]) -> dict[str, dict[str, float]]:
-    """:func:`latency_breakdown` of time stamps in Unix microseconds (None: not set), one
-    sequence per transaction in ``TIME_POINTS`` order: what the sink has, no datetimes built."""
+def latency_breakdown_us(times: np.ndarray | Iterable[Sequence[int | None]]
+                         ) -> dict[str, dict[str, float]]:
+    """:func:`latency_breakdown` of time stamps in Unix microseconds, one row per
+    transaction in ``TIME_POINTS`` order: what the sink has (``pipeline.spark.land.report.
+    latency_times``: a float64 array, NaN where a time is not known), no datetimes built.
+    Sequences with None for a time not known are taken too."""
+    if not isinstance(times, np.ndarray):
+        times = np.array([[np.nan if v is None else v for v in row] for row in times],
+                         dtype=np.float64).reshape(-1, len(TIME_POINTS))
     index = {name: i for i, name in enumerate(TIME_POINTS)}
-    legs = [(leg, index[start], index[end]) for leg, (start, end) in LEGS.items()]
-    samples: dict[str, list[float]] = {leg: [] for leg in LEGS}
-    for row in times:
-        for leg, a, b in legs:
-            start, end = row[a], row[b]
-            if start is not None and end is not None:
-                samples[leg].append((end - start) / 1e6)
     out: dict[str, dict[str, float]] = {}
-    for leg, values in samples.items():
-        if values:
-            values.sort()
-            out[leg] = {"p50": percentile(values, 0.5), "p99": percentile(values, 0.99),
-                        "count": float(len(values))}
+    for leg, (start, end) in LEGS.items():
+        values = (times[:, index[end]] - times[:, index[start]]) / 1e6  # NaN if either is
+        values = np.sort(values[~np.isnan(values)])
+        if len(values):
+            out[leg] = {"p50": float(percentile(values, 0.5)),
+                        "p99": float(percentile(values, 0.99)), "count": float(len(values))}
     return out
 
 
@@ -154,7 +155,7 @@ def key_totals(stats: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         have = out.setdefault(key, {"destination": key[0], "subscription": key[1],
                                     "transactions": 0, **dict.fromkeys(_SUMMED, 0),
                                     **{name: {} for name in _MERGED}, "file_commits_us": {}})
-        have["transactions"] += len(row.get("times_us") or ())
+        have["transactions"] += int(row.get("landed") or 0)
         for name in _SUMMED:
             have[name] += int(row.get(name) or 0)
         for name in _MERGED:
@@ -384,7 +385,7 @@ class JobMetrics:
     def batch_done(self, batch_id: int, counts: dict[str, int], seconds: float) -> None:
         self.listener.record_batch_counts(batch_id, counts, seconds)
 
-    def batch_latency(self, batch_id: int, times: list[tuple[int | None, ...]]) -> None:
+    def batch_latency(self, batch_id: int, times: np.ndarray) -> None:
         self.listener.record_batch_latency(batch_id, latency_breakdown_us(times))
 
     def batch_keys(self, batch_id: int, stats: list[dict[str, Any]]) -> None:

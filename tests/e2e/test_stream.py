@@ -129,6 +129,18 @@ def test_metrics_count_input_bytes_and_track_open_gaps(faulty: Scenario) -> None
     assert records[-1]["open_gaps"] == 0, "every gap was filled by the end"
 
 
+def test_metrics_time_every_landed_transaction_and_count_it_per_key(faulty: Scenario) -> None:
+    """The state calls' packed times reach the driver whole: each batch's latency legs count
+    every transaction it landed, and so do its keys."""
+    landing = [r for r in faulty.metrics() if r["transactions"]]
+    assert landing
+    for record in landing:
+        legs = record["latency_s"]
+        assert legs["commit_to_landed"]["count"] == record["transactions"]
+        assert legs["commit_to_landed"]["p50"] > 0
+        assert sum(k.get("transactions", 0) for k in record["keys"]) == record["transactions"]
+
+
 def test_faulty_stream_lands_each_transaction_exactly_once(spark, faulty: Scenario) -> None:
     txs = faulty.table(spark, "transactions")
     keys = txs.select("subscription", "destination", "epoch", "tsnr")

@@ -56,7 +56,7 @@ def row_counts(tables: Rows) -> dict[str, Any]:
             "request_kinds": by("requests", "kind")}
 
 
-def _floats(column: Column) -> np.ndarray:
+def floats(column: Column) -> np.ndarray:
     """A numeric column as float64, NaN where a value is None or masked (Unix µs stay exact:
     they are below 2**53)."""
     if isinstance(column, np.ma.MaskedArray):
@@ -82,7 +82,7 @@ def file_commits(columns: Columns | None) -> dict[str, int]:
     order = np.argsort(tx_ids, kind="stable")
     at = np.searchsorted(tx_ids[order], ident(rec["epoch"], rec["tsnr"]))
     which = order[np.clip(at, 0, len(order) - 1)]
-    commit = _floats(tx["commit_time"])[which]
+    commit = floats(tx["commit_time"])[which]
     files = np.asarray(tx["dbid"], dtype=np.int64)[which] * 65536 + np.asarray(
         rec["fnr"], dtype=np.int64)
     out: dict[str, int] = {}

@@ -45,6 +45,7 @@ from pipeline.spark.typed.stream_layouts import NextLayouts
 from pipeline.spark.typed.tables import TypedTableSet, select_tables
 
 if TYPE_CHECKING:
+    import numpy as np
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
@@ -185,7 +186,8 @@ class QueryObserver(Protocol):
 
     def batch_done(self, batch_id: int, counts: dict[str, int], seconds: float) -> None: ...
 
-    def batch_latency(self, batch_id: int, times: list[tuple[int | None, ...]]) -> None: ...
+    def batch_latency(self, batch_id: int, times: np.ndarray) -> None:
+        """``times``: ``pipeline.spark.land.report.latency_times``."""
 
     def batch_keys(self, batch_id: int, stats: list[dict[str, Any]]) -> None: ...
 

@@ -24,6 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import orjson
 import pandas as pd
 
@@ -43,6 +44,7 @@ from pipeline.spark.engine import key_gauges
 from pipeline.spark.engine.decode_stage import ERROR_EYE, WARNING_EYE, RecordDecoder
 from pipeline.spark.engine.gcpause import gc_paused
 from pipeline.spark.land.datafiles import DataFiles, task_batch_id
+from pipeline.spark.land.report import pack_times
 from pipeline.spark.land.tables import BLOB_COLUMN, OUTPUT_DDL, STATS_TABLE
 from pipeline.spark.land.watermark_rule import call_newest, prefix_newest
 from pipeline.urb import UrbFormatError
@@ -163,15 +165,14 @@ def to_output(tables: dict[str, list[dict[str, Any]]]) -> pd.DataFrame:
                          "blob": pd.Series(out_blob, dtype=object)})
 
 
-def landed_times(landed: Columns | None) -> list[tuple[int | None, ...]]:
-    """The fast path's landed transactions' commit/processed/sent times (Unix µs)."""
+def landed_times(landed: Columns | None) -> np.ndarray:
+    """The fast path's landed transactions' commit/processed/sent times (Unix µs), an
+    ``(n, 3)`` float64 array with NaN for a time not known (``report.pack_times``)."""
     if landed is None:
-        return []
+        return np.empty((0, 3))
     fast = landed["transactions"]
-    # tuples, not a list per transaction: the metrics row leaves as JSON, where both are
-    # arrays
-    return list(zip(*(pylist(fast[name])
-                      for name in ("commit_time", "processed_time", "sent_time")), strict=True))
+    return np.column_stack([key_gauges.floats(fast[name]) for name in
+                            ("commit_time", "processed_time", "sent_time")]).reshape(-1, 3)
 
 
 def landed_newest(landed: Columns | None, into: dict[int, int]) -> None:
@@ -187,12 +188,13 @@ def landed_newest(landed: Columns | None, into: dict[int, int]) -> None:
 def key_stats(key: tuple[str, str], frames: list[pd.DataFrame], state: KeyState | None,
               events: list[Any] = (), tod_offset_us: int = 0,
               landed: Columns | None = None,
-              early: Sequence[Sequence[int | None]] = (),
+              early: Sequence[np.ndarray] = (),
               early_files: Mapping[str, int] | None = None,
               early_newest: dict[int, int] | None = None) -> dict[str, Any]:
     """The metrics row of one call: input bytes (each record once), the key's open gaps,
-    each landed transaction's commit/processed/sent times (Unix µs) for the latency legs, so
-    the sink needs no extra Spark job to read them back (``early``: those of the
+    how many transactions it landed (``landed``) and each one's commit/processed/sent times
+    (Unix µs, ``times``: ``report.pack_times``) for the latency legs, so the sink needs no
+    extra Spark job to read them back (``early``: those of the
     transactions flushed early, ``EarlyFiles.times``; ``landed``: the rest of the fast
     path's, then the events'); what ``key_gauges`` tells of the key's state and of the
     newest commit it landed per file (``early_files``: those of the early flushes); and
@@ -201,21 +203,23 @@ def key_stats(key: tuple[str, str], frames: list[pd.DataFrame], state: KeyState 
     ``EarlyFiles.newest``)."""
     early_files = early_files or {}
     nbytes = sum(int(f.loc[f["part"] == 0, "value"].map(len).sum()) for f in frames if len(f))
-    times: list[Sequence[int | None]] = [*early, *landed_times(landed)]
     done = [e for e in events if isinstance(e, TransactionComplete)]
-    times += [(stck_to_unix_us(e.commit_time, tod_offset_us),
-               stck_to_unix_us(e.processed_time, tod_offset_us),
-               stck_to_unix_us(e.sent_time, tod_offset_us)) for e in done]
+    event_times = [(stck_to_unix_us(e.commit_time, tod_offset_us),
+                    stck_to_unix_us(e.processed_time, tod_offset_us),
+                    stck_to_unix_us(e.sent_time, tod_offset_us)) for e in done]
+    times = np.vstack([*early, landed_times(landed),
+                       np.array(event_times, dtype=np.float64).reshape(-1, 3)])
     files = key_gauges.newest(early_files, key_gauges.file_commits(landed),
                               key_gauges.event_commits(events, tod_offset_us))
     prefix = dict(early_newest or {})
     landed_newest(landed, prefix)
     gaps = [(g.epoch, g.from_u, g.gap_id) for g in state.gaps] if state is not None else []
     newest = call_newest(prefix, [(e.epoch, e.tsnr, e.dbid, time[0]) for e, time
-                                  in zip(done, times[len(times) - len(done):], strict=True)
+                                  in zip(done, event_times, strict=True)
                                   if not e.initial_state], gaps)
     return {"destination": key[-2], "subscription": key[-1], "bytes": nbytes,
-            "open_gaps": len(state.gaps) if state is not None else 0, "times_us": times,
+            "open_gaps": len(state.gaps) if state is not None else 0,
+            "landed": len(times), "times": pack_times(times),
             "file_commits_us": files, **key_gauges.state_gauges(state), "newest": newest}
 
 
@@ -264,12 +268,12 @@ class EarlyFiles:
         self._done: list[pd.DataFrame] = []
         self._writing: Future[pd.DataFrame] | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self.times: list[tuple[int | None, ...]] = []
+        self.times: list[np.ndarray] = []  # landed_times of each set
         self.files: dict[str, int] = {}  # newest commit per file (key_gauges.file_commits)
         self.newest: dict[int, int] = {}  # newest commit per database (the watermark's)
 
     def __call__(self, columns: Columns) -> None:
-        self.times += landed_times(columns)
+        self.times.append(landed_times(columns))
         self.files = key_gauges.newest(self.files, key_gauges.file_commits(columns))
         landed_newest(columns, self.newest)
         batch_id = task_batch_id()  # the task's property, read on the task's own thread

@@ -7,24 +7,49 @@ the JSON lines file and Prometheus).
 
 from __future__ import annotations
 
+import base64
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from pipeline.spark.land.batch_writer import LandedBatch
 
 #: ``(batch_id, counts and phase times, seconds)`` after every batch's writes.
 BatchCallback = Callable[[int, dict[str, int], float], None]
-#: ``(batch_id, landed transactions' (commit, processed, sent, landed) Unix µs)``.
-LatencyCallback = Callable[[int, list[tuple[int | None, ...]]], None]
+#: ``(batch_id, landed transactions' (commit, processed, sent, landed) Unix µs)``: an
+#: ``(n, 4)`` float64 array, NaN where a time is not known (:func:`latency_times`).
+LatencyCallback = Callable[[int, np.ndarray], None]
 #: ``(batch_id, the state calls' metrics rows)``: per key, its gauges and rows by kind.
 KeysCallback = Callable[[int, list[dict[str, Any]]], None]
 
 
-def latency_times(stats: list[dict[str, Any]]) -> list[tuple[int | None, ...]]:
+def pack_times(times: np.ndarray | Sequence[Sequence[int | None]]) -> str:
+    """A call's landed transactions' (commit, processed, sent) Unix µs as the metrics row
+    carries them: float64 (exact below 2**53; NaN for a time not known), little-endian,
+    base64. Why not a JSON list: a batch of 20,000 messages lands ~85,000 transactions, and
+    their times as JSON numbers cost the driver ~0.2 s per batch to parse and walk."""
+    array = np.asarray(times, dtype="<f8").reshape(-1, 3)
+    return base64.b64encode(array.tobytes()).decode("ascii")
+
+
+def unpack_times(packed: str | None) -> np.ndarray:
+    """:func:`pack_times` back: an ``(n, 3)`` float64 array."""
+    raw = base64.b64decode(packed) if packed else b""
+    return np.frombuffer(raw, dtype="<f8").reshape(-1, 3)
+
+
+def latency_times(stats: list[dict[str, Any]]) -> np.ndarray:
     """The landed transactions' time stamps (Unix µs: commit, processed, sent, landed), from
-    the state calls' metrics rows, for ``pipeline.ops.metrics.latency_breakdown_us``."""
-    return [(c, p, s, row["landed_us"]) for row in stats for c, p, s in row.get("times_us", [])]
+    the state calls' metrics rows, for ``pipeline.ops.metrics.latency_breakdown_us``: an
+    ``(n, 4)`` float64 array, NaN where a time is not known."""
+    parts = []
+    for row in stats:
+        times = unpack_times(row.get("times"))
+        landed = np.full((len(times), 1), float(row["landed_us"]))
+        parts.append(np.hstack([times, landed]))
+    return np.vstack(parts) if parts else np.empty((0, 4))
 
 
 class BatchReport:

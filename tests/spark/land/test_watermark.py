@@ -17,6 +17,7 @@ import pytest
 from pipeline.config import Settings
 from pipeline.spark.land.batch_writer import LandedBatch, batch_writer
 from pipeline.spark.land.raw import RawTables
+from pipeline.spark.land.report import pack_times
 from pipeline.spark.land.tables import OUTPUT_DDL, STATS_TABLE, ensure_table, table_path
 from pipeline.spark.land.watermark import Watermarks
 from pipeline.spark.land.watermark_rule import OPEN_STATES, call_newest
@@ -46,7 +47,8 @@ def _frame(spark, tsnrs: list[int], gaps: list[tuple[str, int, str]] = ()):
             "subscription": "COLOR", "destination": "OUT1", "epoch": 1, "gap_id": gap_id,
             "from_tsnr": t, "to_tsnr": t, "state": state, "kind": "tsnr", "seq": seq}), None))
     stats = {"destination": "OUT1", "subscription": "COLOR", "bytes": 0, "open_gaps": 0,
-             "times_us": [[_us(t), None, None] for t in tsnrs], "landed_us": 0,
+             "landed": len(tsnrs), "times": pack_times([[_us(t), None, None] for t in tsnrs]),
+             "landed_us": 0,
              "newest": call_newest({}, [(1, t, DBID, _us(t)) for t in tsnrs],
                                    [(1, t, g) for g, t, state in gaps if state in OPEN_STATES])}
     rows.append((STATS_TABLE, json.dumps(stats), None))

@@ -23,6 +23,7 @@ from devtools.sim.faults import KINDS
 from pipeline.reassembly import call
 from pipeline.reassembly.call import CallResult
 from pipeline.spark.engine.state_stage import STATS_TABLE, state_function
+from pipeline.spark.land.report import unpack_times
 from tests.support.harness import (
     Harness,
     call_key,
@@ -90,7 +91,7 @@ def _output(frame: Any) -> list[Any]:
     for row in rows:
         if row["table"] == STATS_TABLE:
             stats = json.loads(row["json"])
-            stats["times_us"].sort()
+            stats["times"] = sorted(map(repr, unpack_times(stats["times"]).tolist()))
             row["json"] = json.dumps(stats, sort_keys=True)
     return ([r for r in rows if r["table"] not in UNORDERED]
             + sorted((r for r in rows if r["table"] in UNORDERED), key=repr))

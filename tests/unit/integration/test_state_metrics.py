@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from pipeline.ops.metrics import latency_breakdown, latency_breakdown_us
+from pipeline.ops.metrics import latency_breakdown, latency_breakdown_us, percentile
 from pipeline.reassembly import KeyState
 from pipeline.reassembly.events import TransactionComplete
 from pipeline.reassembly.gaps import Gap
 from pipeline.spark.engine.decode_stage import ERROR_EYE, RecordDecoder
 from pipeline.spark.engine.state_stage import STATS_TABLE, batch_output, key_stats, split_rows
-from pipeline.spark.land.report import latency_times
+from pipeline.spark.land.report import latency_times, pack_times, unpack_times
 from pipeline.urb import encode_message, make_element
 
 
@@ -29,7 +32,7 @@ def test_stats_count_each_record_once_and_the_keys_open_gaps() -> None:
     stats = key_stats(("OUT1", "COLOR"), frames, state)
     # the y record's part 1 is the same Kafka record as another key's part 0: not counted here
     assert stats == {"destination": "OUT1", "subscription": "COLOR", "bytes": 15,
-                     "open_gaps": 1, "times_us": [], "file_commits_us": {},
+                     "open_gaps": 1, "landed": 0, "times": "", "file_commits_us": {},
                      "gap_states": {"open": 1}, "oldest_gap_ms": 0,
                      "outstanding": {"TRAN": 0, "INST": 0}, "storm": 0, "idle": 0,
                      "newest": []}
@@ -54,8 +57,8 @@ def test_landed_transactions_carry_their_times_for_the_latency_legs() -> None:
         topic="t", first_partition=0, first_offset=0, last_partition=0, last_offset=0,
         records=(), images=(), acode=0, wcode=0, arc=0, at_ms=0)
     stats = key_stats(("OUT1", "C"), [], None, [tx, object()])
-    assert len(stats["times_us"]) == 1
-    landed_ms = (stats["times_us"][0][0] // 1000) + 10_000  # landed 10 s after the commit
+    assert stats["landed"] == 1 and unpack_times(stats["times"]).shape == (1, 3)
+    landed_ms = (int(unpack_times(stats["times"])[0, 0]) // 1000) + 10_000  # 10 s after
     row = json.loads(batch_output([], [], landed_ms, stats)["json"].iloc[-1])
     legs = latency_breakdown_us(latency_times([row]))
     assert legs["commit_to_processed"]["p50"] == 1.0
@@ -65,7 +68,7 @@ def test_landed_transactions_carry_their_times_for_the_latency_legs() -> None:
     assert legs["sent_to_landed"]["p50"] == pytest.approx(7.0, abs=1e-3)
     # the same legs as from transactions rows (datetimes, aware or naive)
     moments = [pd.Timestamp(us, unit="us", tz="UTC").to_pydatetime()
-               for us in latency_times([row])[0]]
+               for us in latency_times([row])[0].astype(np.int64)]
     names = ("commit_time", "processed_time", "sent_time", "landed_at")
     assert latency_breakdown([dict(zip(names, moments, strict=True))]) == legs
     assert latency_breakdown([{n: m.replace(tzinfo=None) for n, m in
@@ -102,3 +105,28 @@ def test_a_record_the_codec_rejects_is_quarantined_with_its_bytes() -> None:
     assert elements == []
     assert (bad["eye"], bad["source"], bad["raw"], bad["offset"]) == (
         ERROR_EYE, "decode", b"not a URB message", 9)
+
+
+_US = st.one_of(st.none(), st.integers(1_600_000_000_000_000, 2_000_000_000_000_000))
+
+
+@given(st.lists(st.tuples(_US, _US, _US), max_size=40), st.integers(0, 10**7))
+def test_packed_times_give_the_legs_the_unpacked_ones_give(times, after_us) -> None:
+    """The metrics row's packed times lose nothing: Unix µs are exact in float64 and a time
+    not known stays not known, so the legs are those of the plain tuples."""
+    landed_us = 1_900_000_000_000_000 + after_us
+    unpacked = unpack_times(pack_times(times))
+    assert [[None if v != v else int(v) for v in row] for row in unpacked.tolist()] == \
+        [list(t) for t in times]
+    row = {"times": pack_times(times), "landed_us": landed_us}
+    assert latency_breakdown_us(latency_times([row, row])) == \
+        latency_breakdown_us([(*t, landed_us) for t in times] * 2)
+    waits = sorted((landed_us - c) / 1e6 for c, _, _ in times if c is not None) * 2
+    legs = latency_breakdown_us(latency_times([row, row]))
+    if waits:  # the leg as the plain numbers give it, by the metrics' own percentile
+        waits.sort()
+        assert legs["commit_to_landed"] == {"p50": percentile(waits, 0.5),
+                                            "p99": percentile(waits, 0.99),
+                                            "count": float(len(waits))}
+    else:
+        assert "commit_to_landed" not in legs

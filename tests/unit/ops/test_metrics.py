@@ -158,7 +158,7 @@ def test_prometheus_endpoint_on_an_ephemeral_port(tmp_path: Path) -> None:
         assert spark.streams.listeners == [listener]
         listener.record_batch_counts(1, {"records": 7})
         listener.record_batch_keys(1, [{"destination": "OUT1", "subscription": "COLOR",
-                                        "times_us": [(1, 2, 3)] * 7, "bytes": 10}])
+                                        "landed": 7, "bytes": 10}])
         listener.observe(FakeProgress(1))
         body = _scrape(listener)
         assert 'urbpipe_transactions_total{destination="OUT1",subscription="COLOR"} 7.0' in body
@@ -191,13 +191,13 @@ def test_prometheus_shows_the_jobs_maintenance(tmp_path: Path) -> None:
 
 
 def test_keys_of_one_batch_are_summed_and_their_gauges_are_the_last_calls() -> None:
-    rows = [{"destination": "OUT1", "subscription": "COLOR", "times_us": [(1, 2, 3)] * 2,
+    rows = [{"destination": "OUT1", "subscription": "COLOR", "landed": 2,
              "bytes": 5, "duplicates": 1, "alert_kinds": {"gap_open|warning": 1},
              "file_commits_us": {"10006/4": 10}, "gap_states": {"open": 1}, "storm": 0},
-            {"destination": "OUT1", "subscription": "COLOR", "times_us": [(1, 2, 3)],
+            {"destination": "OUT1", "subscription": "COLOR", "landed": 1,
              "bytes": 7, "alert_kinds": {"gap_open|warning": 2, "gap_filled|info": 1},
              "file_commits_us": {"10006/4": 4, "10006/11": 9}, "gap_states": {}, "storm": 1},
-            {"destination": "OUT1", "subscription": "A", "times_us": []}]
+            {"destination": "OUT1", "subscription": "A", "landed": 0}]
     a, color = key_totals(rows)
     assert a == {"destination": "OUT1", "subscription": "A"}  # zeros and empties left out
     assert (color["transactions"], color["bytes"], color["duplicates"]) == (3, 12, 1)
