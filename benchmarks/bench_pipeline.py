@@ -67,13 +67,15 @@ DURATION_KEYS = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCo
 def run_settings(run_dir: Path, prefix: str, *, template: Path = TEMPLATE,
                  stream: dict[str, Any] | None = None,
                  subscriptions: int | None = None,
-                 sections: dict[str, Any] | None = None) -> tuple[Settings, Path]:
+                 sections: dict[str, Any] | None = None,
+                 spark: dict[str, Any] | None = None) -> tuple[Settings, Path]:
     """A conf for one run: fresh topics, lake/checkpoints/metrics under ``run_dir``;
     ``subscriptions``: N keys — 1 keeps the template's first (one busy key, issue 17's
     single-key mode: every transaction on one state task), 2 both, more adds subscriptions
     of the ORDERS layout on files of their own, the forms alternating (the scaling table);
     ``sections``: top-level conf sections that replace the template's (the typed bench's
-    ``subscriptions`` and ``layouts``, benchmarks/bench_typed.py).
+    ``subscriptions`` and ``layouts``, benchmarks/bench_typed.py); ``spark``: settings of the
+    template's ``spark`` section overridden.
 
     Written to ``run_dir/conf.yaml`` so the Spark phases (separate processes) and anyone
     re-running a query by hand read exactly the same settings.
@@ -84,6 +86,7 @@ def run_settings(run_dir: Path, prefix: str, *, template: Path = TEMPLATE,
     raw["stream"].update(lake_dir=str(run_dir / "lake"), checkpoint_dir=str(run_dir / "ck"),
                          metrics_file=str(run_dir / "metrics.jsonl"), **(stream or {}))
     raw["base_dir"] = str(ROOT)
+    raw.setdefault("spark", {}).update(spark or {})
     if subscriptions is not None:
         raw["subscriptions"] = _subscriptions(raw["subscriptions"], subscriptions)
     raw.update(sections or {})
@@ -111,7 +114,8 @@ def throughput_settings(settings: Settings) -> dict[str, Any]:
             "raw_writer": writer_mode(settings), "state_api": st.state_api,
             # the broker makes the topics the job reads with one partition (topic_check.py)
             "source_topic_partitions": 1,
-            "master": settings.spark.master, "driver_memory": settings.spark.driver_memory}
+            "master": settings.spark.master, "driver_memory": settings.spark.driver_memory,
+            "local_file_system": settings.spark.local_file_system}
 
 
 # -- broker and load ------------------------------------------------------------------------
@@ -525,6 +529,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--state-api", choices=["transformWithStateInPandas",
                                             "applyInPandasWithState"],
                    help="stream.state_api override")
+    p.add_argument("--local-file-system", choices=["nio", "hadoop"],
+                   help="spark.local_file_system override (both phases)")
     p.add_argument("--timeout", type=float, default=1800.0, help="per phase, seconds")
     p.add_argument("--keep-broker", action="store_true", help="leave the bench broker running")
     p.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)
@@ -547,8 +553,10 @@ def main(argv: list[str] | None = None) -> int:
         return phase_main(args)
     run_id = time.strftime("%Y%m%d-%H%M%S")
     topics = f"bench.{args.reuse_load or run_id}"  # an earlier run's topics hold its load
-    settings, conf = run_settings(BENCH_DIR / "runs" / run_id, topics,
-                                  stream=overrides(args), subscriptions=args.subscriptions)
+    settings, conf = run_settings(
+        BENCH_DIR / "runs" / run_id, topics, stream=overrides(args),
+        subscriptions=args.subscriptions,
+        spark={"local_file_system": args.local_file_system} if args.local_file_system else None)
     phases = [p for p in PHASES if p in args.phases.split(",")]
     print(f"bench run {run_id}: conf {conf.relative_to(ROOT)}; load average {load_average()}")
     started_broker = ensure_broker(settings)

@@ -58,14 +58,19 @@ resolve() {  # resolve <manifest dir> <output dir>
 command -v mvn >/dev/null || { echo "error: Maven (mvn) is required for the JVM jars" >&2; exit 2; }
 command -v java >/dev/null || { echo "error: Java 17 is required" >&2; exit 2; }
 resolve spark spark
-# the project's own Delta log store (jvm/logstore, decision 0018), beside the jars Spark gets
-store_jar=.jars/spark/urbpipe-logstore-1.jar
-if [ ! -f "$store_jar" ] || [ -n "$(find jvm/logstore -newer "$store_jar" -type f \
-    -not -path '*/target/*' | head -1)" ]; then
-  say "building $store_jar from jvm/logstore"
-  mvn -q -B -Dstyle.color=never -s jvm/settings.xml -f jvm/logstore/pom.xml package
-  cp jvm/logstore/target/urbpipe-logstore-1.jar "$store_jar"
-fi
+# the project's own JVM classes, beside the jars Spark gets: its Delta log stores (jvm/logstore,
+# decisions 0017 and 0019) and its local file system (jvm/localfs, decision 0020)
+build_jar() {
+  local jar=".jars/spark/urbpipe-$1-1.jar"
+  if [ ! -f "$jar" ] || [ -n "$(find "jvm/$1" -newer "$jar" -type f \
+      -not -path '*/target/*' | head -1)" ]; then
+    say "building $jar from jvm/$1"
+    mvn -q -B -Dstyle.color=never -s jvm/settings.xml -f "jvm/$1/pom.xml" package
+    cp "jvm/$1/target/urbpipe-$1-1.jar" "$jar"
+  fi
+}
+build_jar logstore
+build_jar localfs
 # ~20 MB, ~20 s once: small enough to resolve for everyone, so `make setup` is all a lake on
 # s3a:// needs and the object-store test finds them; Spark gets them only for an s3a:// lake.
 resolve s3 s3

@@ -107,6 +107,11 @@ class SparkSettings(Model):
     driver_memory: str = "2g"
     jars_dir: str = ".jars/spark"
     log_level: Literal["ERROR", "WARN", "INFO", "DEBUG"] = "WARN"
+    # Hadoop's file system for ``file:`` paths when the master is ``local[…]``: ``nio``, the
+    # project's (jvm/localfs, decision 0020), which sets permissions and reads link status
+    # through Java NIO where Hadoop without its native library forks ``chmod`` and
+    # ``readlink`` for each file; ``hadoop``, Hadoop's own. On a cluster master: Hadoop's.
+    local_file_system: Literal["nio", "hadoop"] = "nio"
     conf: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("conf")

@@ -145,7 +145,7 @@ def test_s3a_jars_and_settings_only_for_an_s3a_lake(tmp_path: Path) -> None:
 
     spark_dir, s3_dir = tmp_path / "spark", tmp_path / "s3"
     for folder, names in ((spark_dir, ["spark-sql-kafka-0-10_2.13-4.2.0.jar",
-                                       "urbpipe-logstore-1.jar"]),
+                                       "urbpipe-localfs-1.jar", "urbpipe-logstore-1.jar"]),
                           (s3_dir, ["hadoop-aws-3.5.0.jar", "s3-2.57.8.jar",
                                     "netty-common-4.1.138.Final.jar"])):
         folder.mkdir()
@@ -153,14 +153,14 @@ def test_s3a_jars_and_settings_only_for_an_s3a_lake(tmp_path: Path) -> None:
             (folder / name).write_bytes(b"")
     local = _settings(tmp_path, spark={"jars_dir": str(spark_dir)},
                       object_store={"jars_dir": str(s3_dir)})
-    assert [Path(j).name for j in settings_jars(local)] == ["spark-sql-kafka-0-10_2.13-4.2.0.jar",
-                                                          "urbpipe-logstore-1.jar"]
+    assert [Path(j).name for j in settings_jars(local)] == [
+        "spark-sql-kafka-0-10_2.13-4.2.0.jar", "urbpipe-localfs-1.jar", "urbpipe-logstore-1.jar"]
     lake = _settings(tmp_path, spark={"jars_dir": str(spark_dir)},
                      stream={"lake_dir": "s3a://b/lake"},
                      object_store={"jars_dir": str(s3_dir), "endpoint": "http://127.0.0.1:9"})
     assert [Path(j).name for j in settings_jars(lake)] == [
-        "spark-sql-kafka-0-10_2.13-4.2.0.jar", "urbpipe-logstore-1.jar", "hadoop-aws-3.5.0.jar",
-        "s3-2.57.8.jar"]
+        "spark-sql-kafka-0-10_2.13-4.2.0.jar", "urbpipe-localfs-1.jar", "urbpipe-logstore-1.jar",
+        "hadoop-aws-3.5.0.jar", "s3-2.57.8.jar"]
     conf = session_conf(lake)
     assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9"
     assert "spark.hadoop.fs.s3a.endpoint" not in session_conf(local)

@@ -155,8 +155,8 @@ def test_the_catalog_gives_hive_support_and_the_embedded_metastore(local_setting
     assert conf["spark.driver.extraClassPath"].endswith(".jar")
     assert "derbyclient" in conf["spark.driver.extraClassPath"]
     off = load_settings(ROOT / "conf" / "test.yaml", env={})
-    assert not {"spark.sql.catalogImplementation", "spark.driver.extraClassPath"} & set(
-        session_conf(off))
+    assert "spark.sql.catalogImplementation" not in session_conf(off)
+    assert "derbyclient" not in session_conf(off).get("spark.driver.extraClassPath", "")
     external = local_settings.model_copy(update={"catalog": local_settings.catalog.model_copy(
         update={"metastore": "spark"})})
     conf = session_conf(external)
@@ -181,3 +181,31 @@ def test_a_local_lake_gets_the_probing_log_store_whose_jar_setup_built(
     with pytest.raises(ConfigError, match=r"scripts/setup\.sh"):
         log_store_conf(elsewhere)
     assert log_store_conf(elsewhere, check_jar=False) == {key: LOG_STORE_CLASS}
+
+
+def test_a_local_master_gets_the_nio_file_system_on_the_drivers_class_path(
+        local_settings: Settings, tmp_path: Path) -> None:
+    """Decision 0020: on by default for ``local[…]``, off with ``hadoop`` and on a cluster
+    master (spark-submit's); its jar on the driver's own class path, where Hadoop looks for
+    ``fs.file.impl`` before ``spark.jars`` load; a missing jar is refused at start."""
+    from pipeline.config import ConfigError
+    from pipeline.spark.engine import localfs
+    from pipeline.spark.engine.jars import driver_class_path
+
+    conf = resolve_conf(local_settings, Launch({}, driver_running=False)).conf
+    assert [conf[k] for k in localfs.KEYS] == [localfs.FILE_SYSTEM, localfs.FILE_CONTEXT]
+    jar = localfs.jar(local_settings)
+    assert jar and Path(jar).name.startswith("urbpipe-localfs-")
+    assert jar in conf["spark.driver.extraClassPath"].split(":")
+    assert jar in driver_class_path(local_settings)  # what the README's recipe passes
+    cluster = resolve_conf(local_settings, Launch({"spark.master": "spark://h:7077"},
+                                                  driver_running=True)).conf
+    assert not set(localfs.KEYS) & set(cluster)
+    hadoop = local_settings.model_copy(update={"spark": local_settings.spark.model_copy(
+        update={"local_file_system": "hadoop"})})
+    conf = resolve_conf(hadoop, Launch({}, driver_running=False)).conf
+    assert not set(localfs.KEYS) & set(conf) and localfs.jar(hadoop) is None
+    elsewhere = local_settings.model_copy(update={"spark": local_settings.spark.model_copy(
+        update={"jars_dir": str(tmp_path)})})
+    with pytest.raises(ConfigError, match=r"jvm/localfs"):
+        localfs.jar(elsewhere)

@@ -10,7 +10,8 @@ of one class on the class path, so jars whose artifact pyspark already has are l
     python -m pipeline.spark.engine.jars --driver-class-path [--conf-file F]
 
 The second prints what spark-submit's ``--driver-class-path`` needs for the conf (Derby's client
-driver for the embedded catalog, ``pipeline.spark.engine.metastore``; empty without one).
+driver for the embedded catalog, ``pipeline.spark.engine.metastore``, and the project's local
+file system, ``pipeline.spark.engine.localfs``; empty without either).
 """
 
 from __future__ import annotations
@@ -71,6 +72,14 @@ def settings_jars(settings: Settings) -> list[str]:
     return jars
 
 
+def driver_class_path(settings: Settings) -> list[str]:
+    """What the driver JVM's own class path needs for this conf: the catalog's JDBC driver
+    and the project's local file system (either may be absent)."""
+    from pipeline.spark.engine import localfs, metastore
+
+    return [*metastore.driver_class_path(settings), *filter(None, [localfs.jar(settings)])]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.spark.engine.jars",
                                      description="Print the spark.jars list (comma-separated).")
@@ -81,8 +90,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings(args.conf_file)
         if args.driver_class_path:
-            from pipeline.spark.engine.metastore import driver_class_path
-
             print(":".join(driver_class_path(settings)))
         else:
             print(",".join(settings_jars(settings)))

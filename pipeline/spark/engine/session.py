@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline import objectstore
 from pipeline.config import ConfigError, Settings
-from pipeline.spark.engine import metastore
-from pipeline.spark.engine.jars import settings_jars
+from pipeline.spark.engine import localfs, metastore
+from pipeline.spark.engine.jars import driver_class_path, settings_jars
 from pipeline.spark.engine.launcher import Launch, SessionConf, merge, read_launch
 
 if TYPE_CHECKING:
@@ -87,11 +88,12 @@ def session_conf(settings: Settings, *, jars: bool = True) -> dict[str, str]:
     conf.update(metastore.catalog_conf(settings))
     # a lake's log listed from the version asked for, not by folder (jvm/logstore)
     conf.update(log_store_conf(settings, check_jar=jars))
+    # a local master's file: paths without a forked process per file (jvm/localfs)
+    conf.update(localfs.conf(settings, s.master))
     java = " ".join(filter(None, (s.conf.get(JAVA_OPTIONS), conf[JAVA_OPTIONS])))
     conf.update({**s.conf, JAVA_OPTIONS: java})  # conf's JVM options, and Derby's home too
     if jars:  # under spark-submit the class path is --driver-class-path's (jars module)
-        path = ":".join(filter(None, (s.conf.get(CLASS_PATH),
-                                      *metastore.driver_class_path(settings))))
+        path = ":".join(filter(None, (s.conf.get(CLASS_PATH), *driver_class_path(settings))))
         if path:
             conf[CLASS_PATH] = path
     return conf
@@ -120,7 +122,12 @@ def log_store_conf(settings: Settings, *, check_jar: bool = True) -> dict[str, s
 def resolve_conf(settings: Settings, launch: Launch) -> SessionConf:
     """conf/ under what the launcher set: its settings win, conf fills what is unset."""
     need_jars = "spark.jars" not in launch.submitted and not launch.driver_running
-    return merge(session_conf(settings, jars=need_jars), launch)
+    resolved = merge(session_conf(settings, jars=need_jars), launch)
+    if localfs.is_local(resolved.conf.get("spark.master", "local[*]")):
+        return resolved
+    # spark-submit's cluster master: executors of their own, Hadoop's local file system
+    return replace(resolved, conf={k: v for k, v in resolved.conf.items()
+                                   if k not in localfs.KEYS or k in resolved.from_launcher})
 
 
 def build_session(settings: Settings) -> SparkSession:
@@ -138,7 +145,7 @@ def build_session(settings: Settings) -> SparkSession:
     launch = read_launch()
     resolved = resolve_conf(settings, launch)
     if launch.driver_running:
-        _require_driver_classes(settings)
+        _require_driver_classes(settings, resolved.conf)
     metastore.ensure(settings)  # the embedded catalog's server, if this conf has one
     builder = SparkSession.builder
     for key, value in resolved.conf.items():
@@ -149,7 +156,7 @@ def build_session(settings: Settings) -> SparkSession:
     return spark
 
 
-def _require_driver_classes(settings: Settings) -> None:
+def _require_driver_classes(settings: Settings, conf: dict[str, str]) -> None:
     """Fail in one line when spark-submit started the driver without ``--jars``: the jars
     cannot be added to a running driver's class path (a later spark.jars reaches executors
     only, and the job would fail on its first Kafka read, or its first s3a:// access)."""
@@ -174,6 +181,13 @@ def _require_driver_classes(settings: Settings) -> None:
             "spark-submit started the driver without the catalog's JDBC driver (Derby's "
             "client, catalog.metastore: local): pass --driver-class-path \"$(python -m "
             "pipeline.spark.engine.jars --driver-class-path --conf-file <conf>)\"")
+    if conf.get(localfs.KEYS[0]) == localfs.FILE_SYSTEM and not _on_system_class_path(
+            jvm, localfs.FILE_SYSTEM):
+        raise ConfigError(
+            f"spark-submit started the driver without the project's local file system "
+            f"({localfs.JAR}, spark.local_file_system: nio): pass --driver-class-path "
+            "\"$(python -m pipeline.spark.engine.jars --driver-class-path --conf-file "
+            "<conf>)\", or set spark.local_file_system: hadoop")
 
 
 def _on_system_class_path(jvm: Any, cls: str) -> bool:
