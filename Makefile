@@ -71,7 +71,7 @@ scaling: setup  ## full pipeline at 2k/5k/20k/50k msgs/batch x 1/2/8 busy keys, 
 soak: setup  ## >=10 min steady load with faults: state and memory flat? (not in CI; SOAK_ARGS=...)
 	@$(PY) benchmarks/soak.py $(SOAK_ARGS)
 
-log-age: setup  ## a commit's cost as a table ages (fresh, 1, 7, 30 days of _delta_log), both log stores, local disk and the S3 emulator (~50 min; LOG_AGE_ARGS=...)
+log-age: setup  ## a commit's cost as a table ages (fresh, 1, 7, 30 days of _delta_log), both log stores, local disk and the S3 emulator, with the job commit's parts (~55 min; LOG_AGE_ARGS=...)
 	@$(PY) benchmarks/delta_log_age.py $(LOG_AGE_ARGS)
 
 lake-soak: setup  ## >=2,000 batches, maintenance off then on: files, log size, query times (not in CI; LAKE_SOAK_ARGS=...)

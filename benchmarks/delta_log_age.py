@@ -26,8 +26,13 @@ modification time is the run's, so no clean-up deletes them during the measureme
 Then ``--commits`` appends of one row are timed on the aged table (the smallest commit: the
 log's share is as large as it gets), crossing a checkpoint. With Delta's own store a commit of
 a 30-day log takes tens of seconds, so its appends stop after ``--budget`` seconds per age.
+With the project's store the job's own commit of a batch's files follows, as many times, with
+its parts timed: the log store's listing, the snapshot update, the whole commit
+(``_timed_parts``). The streaming checkpoint's WAL is not aged here: Spark keeps its last 100
+batches' offsets, commits and state versions whatever the job's age (the lake soak measures
+it, BENCHMARKS.md "The query's checkpoint").
 Prints one row per (store, age): files in the log, appends timed, their median, mean and
-slowest; writes them to ``.bench/log-age-<time>.json``.
+slowest, the parts' medians; writes them to ``.bench/log-age-<time>.json``.
 """
 
 from __future__ import annotations
@@ -124,6 +129,50 @@ def _timed_appends(spark: Any, path: str, commits: int, budget_s: float,
         if emulator:
             lists.append(emulator.snapshot()["LIST"] - before)
     return times, lists
+
+
+def _timed_parts(spark: Any, path: str, commits: int) -> dict[str, list[float]]:
+    """The job's own commit of a batch's files (``pipeline.spark.land.committer``, one
+    ``AddFile`` and the batch's ``SetTransaction``, after the commit ledger's look at the
+    log), timed ``commits`` times with its parts beside it (ms): ``list``, the log store's
+    listing from the newest checkpoint on (what a snapshot update reads of the log);
+    ``snapshot``, a transaction's start (Delta brings the table's snapshot up to date: the
+    listing and the commits after the checkpoint); ``commit``, the whole ``DeltaCommitter.
+    commit`` (which starts its own transaction, then writes the version, its checksum and,
+    every 50th, a checkpoint). Each commit adds a copy of one of the table's data files, so
+    the table still reads whole."""
+    from pipeline.spark.land.committer import DeltaCommitter
+    from pipeline.spark.land.ledger import CommitLedger
+
+    jvm = spark.sparkContext._jvm
+    hadoop = jvm.org.apache.hadoop.fs
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    source = hadoop.Path(spark.read.format("delta").load(path).inputFiles()[0])
+    fs = source.getFileSystem(conf)
+    size = fs.getFileStatus(source).getLen()
+    app_id = f"log-age-{time.time_ns()}"
+    committer, ledger = DeltaCommitter(spark), CommitLedger(spark, app_id)
+    parts: dict[str, list[float]] = {"list": [], "snapshot": [], "commit": []}
+    for batch in range(commits):
+        name = f"part-log-age-{batch:05d}.parquet"
+        jvm.org.apache.hadoop.fs.FileUtil.copy(fs, source, fs, hadoop.Path(f"{path}/{name}"),
+                                               False, conf)
+        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession,
+                                                                    path)
+        version = delta_log.unsafeVolatileSnapshot().version()
+        start = hadoop.Path(f"{path}/_delta_log/{version - version % CHECKPOINT_INTERVAL:020d}")
+        t0 = time.perf_counter()
+        delta_log.store().listFrom(start, delta_log.newDeltaHadoopConf()).size()
+        t1 = time.perf_counter()
+        delta_log.startTransaction()
+        t2 = time.perf_counter()
+        committer.commit(path, [{"path": name, "size": size, "stats": '{"numRecords":1}',
+                                 "modification_time": int(time.time() * 1000)}],
+                         app_id, batch, ledger)
+        t3 = time.perf_counter()
+        for part, ms in (("list", t1 - t0), ("snapshot", t2 - t1), ("commit", t3 - t2)):
+            parts[part].append(ms * 1000)
+    return parts
 
 
 def age_s3_log(emulator: Any, bucket: str, log: str, versions: int) -> int:
@@ -223,13 +272,16 @@ def _rows(storage: str, store: str, emulator: Any, tmp: str, ages: list[float], 
         times, lists = _timed_appends(spark, path, commits, budget_s, emulator)
         requests = {op: round(n / len(times), 1) for op, n in
                     sorted((emulator.snapshot() - before).items())} if emulator else {}
+        parts = _timed_parts(spark, path, len(times)) if store == "probing" else {}
         count = spark.read.format("delta").load(path).count()
         rows.append({"storage": storage, "store": store, "age_days": days, "log_files": files,
                      "versions": retained(days) + CHECKPOINT_INTERVAL + 11,
                      "commits": len(times), "rows_after": count,
                      "p50_ms": statistics.median(times), "mean_ms": statistics.mean(times),
                      "max_ms": max(times), "requests_per_append": requests,
-                     "times_ms": [round(t) for t in times], "lists": lists})
+                     "times_ms": [round(t) for t in times], "lists": lists,
+                     "parts_p50_ms": {k: statistics.median(v) for k, v in parts.items()},
+                     "parts_ms": {k: [round(t, 1) for t in v] for k, v in parts.items()}})
         print(json.dumps(rows[-1]), flush=True)
     spark.stop()
     return rows
@@ -279,13 +331,17 @@ def main(argv: list[str] | None = None) -> int:
 def table(rows: list[dict[str, Any]]) -> str:
     """The rows as BENCHMARKS.md's table."""
     lines = ["| storage | store | age (days) | files in _delta_log | appends | p50 ms | mean ms "
-             "| slowest ms | S3 requests per append |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| slowest ms | S3 requests per append | list / snapshot / commit p50 ms |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
         asked = ", ".join(f"{op} {n:g}" for op, n in r.get("requests_per_append", {}).items())
+        parts = r.get("parts_p50_ms") or {}
+        split = " / ".join(f"{parts[p]:,.0f}" for p in ("list", "snapshot", "commit")
+                           if p in parts)
         lines.append(f"| {r.get('storage', 'local')} | {r['store']} | {r['age_days']:g} | "
                      f"{r['log_files']:,} | {r['commits']} | {r['p50_ms']:,.0f} | "
-                     f"{r['mean_ms']:,.0f} | {r['max_ms']:,.0f} | {asked or '–'} |")
+                     f"{r['mean_ms']:,.0f} | {r['max_ms']:,.0f} | {asked or '–'} | "
+                     f"{split or '–'} |")
     return "\n".join(lines)
 
 
