@@ -160,10 +160,16 @@ def _timed_parts(spark: Any, path: str, commits: int) -> dict[str, list[float]]:
         delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession,
                                                                     path)
         version = delta_log.unsafeVolatileSnapshot().version()
-        start = hadoop.Path(f"{path}/_delta_log/{version - version % CHECKPOINT_INTERVAL:020d}")
+        # as Delta asks (FileNames.listingPrefix): its qualified log path, whose scheme
+        # chooses the store, and the version's name up to its dot
+        start = hadoop.Path(delta_log.logPath(),
+                            f"{version - version % CHECKPOINT_INTERVAL:020d}.")
         t0 = time.perf_counter()
-        delta_log.store().listFrom(start, delta_log.newDeltaHadoopConf()).size()
+        listed = delta_log.store().listFrom(start, delta_log.newDeltaHadoopConf()).size()
         t1 = time.perf_counter()
+        if listed > 4 * (CHECKPOINT_INTERVAL + 1) + 1:  # four files per version at most
+            raise RuntimeError(f"the listing from {start} gave {listed} files: not the log "
+                               "from the checkpoint on (is the start Delta's listing prefix?)")
         delta_log.startTransaction()
         t2 = time.perf_counter()
         committer.commit(path, [{"path": name, "size": size, "stats": '{"numRecords":1}',
