@@ -148,12 +148,26 @@ class DataFiles:
             [*arrays, pa.repeat(pa.scalar(batch_id, pa.int64()), n)], schema=schema)
         fs, folder = _filesystem(self.paths[table], self.store)
         name = f"part-{batch_id:010d}-{uuid.uuid4().hex}.snappy.parquet"
-        pq.write_table(data, f"{folder}/{name}", filesystem=fs, compression="snappy")
+        pq.write_table(data, f"{folder}/{name}", filesystem=fs, compression="snappy",
+                       use_dictionary=dictionary_columns(schema))
         info = fs.get_file_info(f"{folder}/{name}")
         return {"table": table, "path": name, "size": int(info.size), "rows": data.num_rows,
                 "modification_time": int(info.mtime.timestamp() * 1000),
                 "stats": json.dumps(delta_stats(data, self.stats_columns),
                                     separators=(",", ":"))}
+
+
+def dictionary_columns(schema: Any) -> list[str]:
+    """The columns worth a Parquet dictionary: strings, flags and 32-bit codes (names, kinds,
+    file numbers: a few distinct values per file). Image payloads, sequence numbers and times
+    are nearly all distinct: pyarrow would build a dictionary for each, find it too large and
+    fall back, which cost ~17% of the tasks' Parquet time (BENCHMARKS.md "Two transaction
+    shapes") for ~5% smaller files."""
+    import pyarrow as pa
+
+    return [f.name for f in schema
+            if pa.types.is_string(f.type) or pa.types.is_boolean(f.type)
+            or pa.types.is_int32(f.type)]
 
 
 #: One pyarrow S3 file system per worker process and store: building one starts the AWS SDK's

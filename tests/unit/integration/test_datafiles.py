@@ -85,6 +85,22 @@ def test_files_hold_exactly_the_rows_with_the_batch_id(tmp_path: Path) -> None:
     assert out["gaps"] == []
 
 
+def test_dictionaries_only_where_values_repeat(tmp_path: Path) -> None:
+    """Names and codes get a Parquet dictionary; payloads, sequence numbers and times do not
+    (a dictionary of distinct values only costs the tasks time)."""
+    events = [txn("COLOR", tsnr) for tsnr in range(1, 40)]
+    rows, cols = events_to_tables(events, NOW_MS)
+    out = writer(tmp_path).split(rows, cols, 7)
+    file = next(f for f in out[FILES_TABLE] if f["table"] == "images")
+    meta = pq.ParquetFile(tmp_path / "images" / file["path"]).metadata.row_group(0)
+    encodings = {meta.column(i).path_in_schema: meta.column(i).encodings
+                 for i in range(meta.num_columns)}
+    for name in ("subscription", "image_type", "epoch"):
+        assert any("DICTIONARY" in e for e in encodings[name]), name
+    for name in ("payload", "tsnr", "rsnr", "batch_id"):
+        assert not any("DICTIONARY" in e for e in encodings[name]), name
+
+
 def test_typed_subscriptions_keep_their_rows_in_the_batch(tmp_path: Path) -> None:
     events = [txn("COLOR", 5), txn("EMPL", 6)]
     rows, cols = events_to_tables(events, NOW_MS)
