@@ -25,10 +25,12 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
+import numpy as np
+
 from .codepages import ASCII_CODEC, LATIN1_TABLES, check_codepage
 from .errors import UrbFormatError
 from .layouts import ELEMENT_TABLES, STRIP
-from .walk import FORMS, Form, elements, first_error, form_of, frame
+from .walk import FORMS, HEAD_KEYS, Form, elements, first_error, form_heads, form_of, frame
 
 #: The fields that tell an element's key (see pipeline/spark/engine/decode_stage.py).
 ROUTING_FIELDS: Mapping[str, frozenset[str]] = MappingProxyType({
@@ -92,6 +94,25 @@ def scan_header(data: bytes) -> tuple[int, int]:
     if form is None:
         return 0, 0
     msnr, htime = _HEADER[form.big].unpack_from(data, _MSNR_AT)
+    return msnr, htime
+
+
+def scan_headers(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`scan_header` of every message ``buf[starts[i]:ends[i]]`` at once: (URBHMSNR,
+    URBHTIME) as uint64 arrays, 0 where ``scan_header`` says (0, 0)."""
+    msnr, htime = np.zeros(len(starts), np.uint64), np.zeros(len(starts), np.uint64)
+    index, keys = form_heads(buf, starts, ends, _MSNR_AT + 12)
+    if not len(index):
+        return msnr, htime
+    fields = np.ascontiguousarray(buf[starts[index, None] + np.arange(_MSNR_AT, _MSNR_AT + 12)])
+    for head, key in HEAD_KEYS.items():
+        chosen = keys == key
+        if chosen.any():
+            order = ">" if FORMS[head].big else "<"
+            f = fields[chosen]
+            msnr[index[chosen]] = np.ascontiguousarray(f[:, :4]).view(f"{order}u4").ravel()
+            htime[index[chosen]] = np.ascontiguousarray(f[:, 4:]).view(f"{order}u8").ravel()
     return msnr, htime
 
 

@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
+
 from .codepages import ASCII_CODEC, LATIN1_TABLES, check_codepage, decode_text
 from .errors import UrbFormatError
 from .layouts import BIG, ELEMENT_TABLES, LITTLE, VARIABLE
@@ -78,6 +80,25 @@ _LATIN1: dict[str, bytes] = dict(LATIN1_TABLES)
 
 #: URBHEYE + URBHVERS + URBHBORD (8 bytes) -> form. Any other combination is an error.
 FORMS: Mapping[bytes, Form] = MappingProxyType(_FORMS)
+
+
+#: The form bytes (URBHEYE, URBHVERS, URBHBORD) at these offsets of a message, and each form's
+#: eight bytes as one native uint64 (:func:`form_heads`).
+_HEAD_AT = np.array([0, 1, 2, 3, 8, 9, 10, 11], dtype=np.int64)
+HEAD_KEYS: Mapping[bytes, int] = MappingProxyType(
+    {head: int(np.frombuffer(head, dtype=np.uint64)[0]) for head in _FORMS})
+
+
+def form_heads(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, min_len: int = MIN_HEADER
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`form_of` for many messages at once (message ``i`` is ``buf[starts[i]:ends[i]]``):
+    the index of each message at least ``min_len`` (>= 16) bytes long, and its form bytes as
+    one uint64, to compare with :data:`HEAD_KEYS`."""
+    index = np.nonzero((ends - starts) >= max(min_len, MIN_HEADER))[0]
+    if not len(index):
+        return index, np.empty(0, dtype=np.uint64)
+    heads = np.ascontiguousarray(buf[starts[index, None] + _HEAD_AT])
+    return index, heads.view(np.uint64).ravel()
 
 
 def form_of(data: bytes) -> Form | None:

@@ -40,9 +40,10 @@ id. Keys come from the message alone, and from conf where the message is silent:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from pipeline.payload.gfft import gfft_fields
@@ -59,7 +60,13 @@ from pipeline.reassembly.rows import (
 from pipeline.spark.engine.gcpause import gc_paused
 from pipeline.urb import UrbFormatError, decode_message
 from pipeline.urb.native import NativeRouter, Walked, load_router
-from pipeline.urb.scan import ScannedElement, scan_element, scan_header, scan_message
+from pipeline.urb.scan import (
+    ScannedElement,
+    scan_element,
+    scan_header,
+    scan_headers,
+    scan_message,
+)
 
 ERROR_EYE = "!ERR"
 WARNING_EYE = "!WARN"
@@ -82,6 +89,8 @@ ARROW_SCHEMA = pa.schema([(n, t) for n, t, _ in _COLUMNS])
 KAFKA_COLUMNS = ("topic", "partition", "offset", "key", "value")
 ROUTE_COLUMNS = ("lane", "destination", "subscription", "part", "error")
 Route = tuple[int, str, str, int, str | None]
+#: An Arrow batch's message bytes: (buffer, starts, ends) (:func:`message_buffers`).
+Messages = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def spark_ddl() -> str:
@@ -157,6 +166,32 @@ class RecordDecoder:
             return [(self._lane((destination, "")), destination, "", 0, str(exc))]
         return self._keyed(destination, elements)
 
+    def routes_many(self, topics: Sequence[str], keys: pa.Array, values: pa.Array,
+                    messages: Messages) -> tuple[list[int], list[Route]]:
+        """:meth:`routes` of every record of an Arrow batch, in order: the index of the
+        record of each route, and the routes. ``messages``: the values' bytes
+        (:func:`message_buffers`). The compiled scan walks the whole batch in one call per
+        form; the records it does not answer (statuses, the control topic, what it defers)
+        go through :meth:`routes` one by one."""
+        plain = (self._native.walk_many(*messages) if self._native is not None
+                 else [None] * len(topics))
+        index: list[int] = []
+        routes: list[Route] = []
+        known: dict[tuple[str, str], Route] = {}
+        for i, (topic, subscription) in enumerate(zip(topics, plain, strict=True)):
+            if subscription is None or topic == self._control:
+                found = self.routes(topic, keys[i].as_py(), values[i].as_py())
+                index += [i] * len(found)
+                routes += found
+                continue
+            key = (self.destination(topic), subscription)
+            route = known.get(key)
+            if route is None:
+                route = known[key] = (self._lane(key), *key, 0, None)
+            index.append(i)
+            routes.append(route)
+        return index, routes
+
     def _walked_routes(self, destination: str, value: bytes, walked: Walked) -> list[Route]:
         """The routes of a message the compiled scan walked: its data elements' key, and the
         statuses' keys (those few scanned here), in the order the Python scan finds them."""
@@ -220,8 +255,15 @@ class RecordDecoder:
         """The rows an Arrow batch of records adds besides their own (see the module
         docstring): URBHMSNR runs for the destination keys, ticks for the subscriptions'.
         ``records`` are (topic, partition, offset, value) in Kafka order."""
+        return self.header_rows((topic, partition, offset, *scan_header(value or b""))
+                                for topic, partition, offset, value in records)
+
+    def header_rows(self, headers: Iterable[tuple[str, int, int, int, int]]
+                    ) -> list[dict[str, Any]]:
+        """:meth:`batch_rows` from each record's (topic, partition, offset, URBHMSNR,
+        URBHTIME), as ``scan.scan_header`` reads them (0, 0: not a replicator message)."""
         out: list[dict[str, Any]] = []
-        for (topic, partition), heads in _headers(records, self._control).items():
+        for (topic, partition), heads in _headers(headers, self._control).items():
             destination = self.destination(topic)
             for first_offset, first, last, htime in _runs(heads):
                 out.append(self._pseudo((destination, ""), topic, partition, first_offset,
@@ -239,14 +281,13 @@ class RecordDecoder:
                 "key": None, "value": value, "error": None}
 
 
-def _headers(records: Sequence[tuple[str, int, int, bytes | None]], control: str | None
+def _headers(headers: Iterable[tuple[str, int, int, int, int]], control: str | None
              ) -> dict[tuple[str, int], list[tuple[int, int, int]]]:
     """(offset, URBHMSNR, URBHTIME) of every replicator message, per topic partition."""
     out: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
-    for topic, partition, offset, value in records:
-        if topic == control or not value:
+    for topic, partition, offset, msnr, htime in headers:
+        if topic == control:
             continue
-        msnr, htime = scan_header(value)
         if htime or msnr:
             out.setdefault((topic, partition), []).append((offset, msnr, htime))
     return out
@@ -264,19 +305,31 @@ def _runs(heads: list[tuple[int, int, int]]) -> list[tuple[int, int, int, int]]:
     return [(a, b, c, d) for a, b, c, d in runs]
 
 
+def message_buffers(values: pa.Array) -> Messages:
+    """An Arrow column of message bytes as (bytes, starts, ends), the bytes not copied: value
+    ``i`` is ``buf[starts[i]:ends[i]]`` (empty where it is null)."""
+    if not (pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type)):
+        values = values.cast(pa.large_binary())
+    _, offsets, data = values.buffers()
+    width = np.dtype(np.int64 if pa.types.is_large_binary(values.type) else np.int32)
+    bounds = np.frombuffer(offsets, dtype=width, count=len(values) + 1,
+                           offset=values.offset * width.itemsize).astype(np.int64)
+    buf = (np.frombuffer(data, dtype=np.uint8) if data is not None
+           else np.empty(0, dtype=np.uint8))
+    starts, ends = bounds[:-1], bounds[1:]
+    if values.null_count:
+        ends = np.where(values.is_null().to_numpy(zero_copy_only=False), starts, ends)
+    return buf, starts, ends
+
+
 def route_batch(decoder: RecordDecoder, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
     """The decode stage's rows of a batch of Kafka records: each record's columns (taken,
     not copied through Python, once per key it has) and its route; then the batch's own
-    rows (message-number runs, ticks: ``RecordDecoder.batch_rows``)."""
+    rows (message-number runs, ticks: ``RecordDecoder.header_rows``)."""
     topics = batch.column("topic").to_pylist()
-    keys = batch.column("key").to_pylist()
-    values = batch.column("value").to_pylist()
-    index: list[int] = []
-    routes: list[Route] = []
-    for i, (topic, key, value) in enumerate(zip(topics, keys, values, strict=True)):
-        found = decoder.routes(topic, key, value)
-        index += [i] * len(found)
-        routes += found
+    values = batch.column("value")
+    messages = message_buffers(values)
+    index, routes = decoder.routes_many(topics, batch.column("key"), values, messages)
     taken = batch.select(list(KAFKA_COLUMNS)).take(pa.array(index, pa.int64()))
     by_name = {name: taken.column(name) for name in KAFKA_COLUMNS}
     for name, column in zip(ROUTE_COLUMNS, zip(*routes, strict=True) if routes
@@ -284,9 +337,10 @@ def route_batch(decoder: RecordDecoder, batch: pa.RecordBatch) -> list[pa.Record
         by_name[name] = pa.array(column, ARROW_SCHEMA.field(name).type)
     out = [pa.RecordBatch.from_arrays([by_name[n] for n in ARROW_SCHEMA.names],
                                       schema=ARROW_SCHEMA)]
-    records = list(zip(topics, batch.column("partition").to_pylist(),
-                       batch.column("offset").to_pylist(), values, strict=True))
-    extra = decoder.batch_rows(records)
+    msnr, htime = scan_headers(*messages)
+    extra = decoder.header_rows(zip(topics, batch.column("partition").to_pylist(),
+                                    batch.column("offset").to_pylist(), msnr.tolist(),
+                                    htime.tolist(), strict=True))
     if extra:
         out.append(pa.RecordBatch.from_pylist(extra, schema=ARROW_SCHEMA))
     return out

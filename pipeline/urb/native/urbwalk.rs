@@ -21,6 +21,8 @@ use std::slice;
 
 /// The caller must run the pure-Python scan.
 pub const DEFER: i64 = -1;
+/// The message has a status: the caller routes it alone (`urbwalk_route`).
+pub const STATUSES: i64 = -2;
 
 const MIN_HEADER: usize = 16;
 const ELEMENT_MIN: usize = 8;
@@ -162,6 +164,65 @@ pub unsafe extern "C" fn urbwalk_route(
         }
         _ => DEFER,
     }
+}
+
+/// C entry point for a batch of messages of one form (the caller sorts them by form): message
+/// `m` is `buf[starts[m]..ends[m]]`. For each, `lens[m]` gets the subscription name's length
+/// (its name in `names[m * name_cap..]`), `STATUSES` where the message has a status (the
+/// caller walks it alone: statuses route by their own fields), or `DEFER`. Returns `n`, or
+/// `DEFER` for bad arguments. One call per batch instead of one per message: the per-call cost
+/// of ctypes was most of the routing scan.
+///
+/// # Safety
+/// The pointers must be valid for the given lengths (numpy arrays and Arrow buffers).
+#[no_mangle]
+pub unsafe extern "C" fn urbwalk_route_many(
+    buf: *const u8,
+    buf_len: usize,
+    starts: *const i64,
+    ends: *const i64,
+    n: usize,
+    big: i32,
+    plan: *const u8,
+    plan_len: usize,
+    table: *const u8,
+    names: *mut u8,
+    name_cap: usize,
+    lens: *mut i64,
+) -> i64 {
+    if starts.is_null() || ends.is_null() || plan.is_null() || names.is_null() || lens.is_null()
+        || (buf.is_null() && buf_len > 0)
+    {
+        return DEFER;
+    }
+    let buf: &[u8] = if buf_len == 0 { &[] } else { slice::from_raw_parts(buf, buf_len) };
+    let starts = slice::from_raw_parts(starts, n);
+    let ends = slice::from_raw_parts(ends, n);
+    let plan = slice::from_raw_parts(plan, plan_len);
+    let table = if table.is_null() { None } else { Some(slice::from_raw_parts(table, 256)) };
+    let names = slice::from_raw_parts_mut(names, n * name_cap);
+    let lens = slice::from_raw_parts_mut(lens, n);
+    let mut spans = [0u32; 2];
+    for m in 0..n {
+        let found = catch_unwind(AssertUnwindSafe(|| {
+            let (s, e) = (usize::try_from(starts[m]).ok()?, usize::try_from(ends[m]).ok()?);
+            let data = buf.get(s..e)?;
+            let out = names.get_mut(m * name_cap..(m + 1) * name_cap)?;
+            // room for one status: the first says the message is not plain
+            let mut st = Statuses { spans: &mut spans, count: 0, plain_at: -1 };
+            match route(data, big != 0, plan, table, out, &mut st) {
+                Some(len) if st.count == 0 => Some(len as i64),
+                Some(_) => Some(STATUSES),
+                None if st.count > 0 => Some(STATUSES),
+                None => None,
+            }
+        }));
+        lens[m] = match found {
+            Ok(Some(v)) => v,
+            _ => DEFER,
+        };
+    }
+    n as i64
 }
 
 // -- the columnar reader's chain walk (pipeline/reassembly/columnar.py `_walk`) -------------

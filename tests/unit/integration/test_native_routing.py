@@ -16,6 +16,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -23,10 +24,10 @@ from hypothesis import strategies as st
 
 from benchmarks.bench_state import stream
 from pipeline.reassembly.routing import Covered
-from pipeline.spark.engine.decode_stage import RecordDecoder
+from pipeline.spark.engine.decode_stage import RecordDecoder, message_buffers
 from pipeline.urb import encode_message, make_element
 from pipeline.urb.native import LIBRARY, load_router
-from tests.support.harness import decoder_for
+from tests.support.harness import CONTROL_TOPIC, decoder_for
 from tests.unit.urb.conftest import SEED_FILES, load
 from tests.unit.urb.test_fuzz import _extra_seeds, _mutate
 from tests.unit.urb.test_properties import CODEPAGES, SETTINGS, elements, headers
@@ -154,3 +155,69 @@ def test_loaded_from_the_zip_spark_submit_ships(tmp_path: Path) -> None:
                          env={**os.environ, "PYTHONPATH": str(archive)}).stdout.split("\n")
     assert out[0].startswith(str(archive)), out  # imported from the zip, not the tree
     assert out[1] == "True True", out
+
+
+def _batch(records: list[tuple], big: bool = False) -> Any:
+    """An Arrow batch of Kafka records as Spark hands them to the decode stage (``big``:
+    the value column as large_binary, which the stage also takes)."""
+    import pyarrow as pa
+
+    value = pa.large_binary() if big else pa.binary()
+    schema = pa.schema([("topic", pa.string()), ("partition", pa.int32()),
+                        ("offset", pa.int64()), ("key", pa.binary()), ("value", value)])
+    return pa.RecordBatch.from_pylist(
+        [dict(zip(schema.names, r, strict=True)) for r in records], schema=schema)
+
+
+def _rows_one_by_one(decoder: RecordDecoder, records: list[tuple]) -> list[dict]:
+    """What the decode stage must emit for a batch, record by record (``rows``, then the
+    batch's run and tick rows from each record's own ``scan_header``)."""
+    from pipeline.spark.engine.decode_stage import ARROW_SCHEMA
+
+    rows = [row for r in records for row in decoder.rows(*r)]
+    rows += decoder.batch_rows([(t, p, o, v) for t, p, o, _k, v in records])
+    return [{n: row[n] for n in ARROW_SCHEMA.names} for row in rows]
+
+
+@pytest.mark.parametrize("form", ["ebcdic", "ascii"])
+def test_a_batch_routes_as_its_records_one_by_one(form: str) -> None:
+    """``route_batch`` walks the batch in one library call per form and the header fields
+    with numpy: its rows are exactly the record-by-record rows, in order, for batches that
+    mix plain messages, statuses, GFFTs, mutated and cut messages, empty and null values,
+    control commands and another form's messages, at any slice offset, and without the
+    library."""
+    from pipeline.spark.engine.decode_stage import route_batch
+
+    rep, records = stream(form, 300, 6, 7, 0.05)
+    native = decoder_for(rep.config)
+    python = decoder_for(rep.config, native_scan=False)
+    topic = records[0].topic
+    rng = random.Random(2911)
+    seeds = [load(name) for name in SEED_FILES] + _extra_seeds()
+    _, other = stream("ascii" if form == "ebcdic" else "ebcdic", 20, 3, 8)
+    mixed: list[tuple] = []
+    for r in records:
+        mixed.append((r.topic, r.partition, r.offset, r.key, r.value))
+        pick = rng.random()
+        if pick < 0.05:
+            mixed.append((topic, 0, r.offset, None, _mutate(rng, rng.choice(seeds))))
+        elif pick < 0.07:
+            mixed.append((topic, 0, r.offset, None, r.value[:rng.randrange(40)]))
+        elif pick < 0.08:
+            mixed.append((topic, 0, r.offset, None, rng.choice([None, b""])))
+        elif pick < 0.09:
+            mixed.append((CONTROL_TOPIC, 0, r.offset, None, rng.choice(
+                [b'{"destination": "OUT1", "subscription": "COLOR"}', b"{bad", r.value])))
+        elif pick < 0.10:
+            mixed.append((topic, 0, r.offset, None, rng.choice(other).value))
+    answered = sum(s is not None for s in native._native.walk_many(  # type: ignore[union-attr]
+        *message_buffers(_batch(mixed).column("value"))))
+    assert answered >= 0.8 * len(records), answered
+    for start in (0, 1, 17):
+        part = mixed[start:]
+        want = _rows_one_by_one(python, part)
+        assert any(row["part"] == -1 for row in want) and any(row["error"] for row in want)
+        for decoder, big in ((native, False), (native, True), (python, False)):
+            batch = _batch(mixed, big).slice(start)
+            got = [row for b in route_batch(decoder, batch) for row in b.to_pylist()]
+            assert got == want, (decoder.native_scan, big, start)
