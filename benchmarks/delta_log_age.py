@@ -131,32 +131,49 @@ def _timed_appends(spark: Any, path: str, commits: int, budget_s: float,
     return times, lists
 
 
-def _timed_parts(spark: Any, path: str, commits: int) -> dict[str, list[float]]:
-    """The job's own commit of a batch's files (``pipeline.spark.land.committer``, one
-    ``AddFile`` and the batch's ``SetTransaction``, after the commit ledger's look at the
-    log), timed ``commits`` times with its parts beside it (ms): ``list``, the log store's
-    listing from the newest checkpoint on (what a snapshot update reads of the log);
-    ``snapshot``, a transaction's start (Delta brings the table's snapshot up to date: the
-    listing and the commits after the checkpoint); ``commit``, the whole ``DeltaCommitter.
-    commit`` (which starts its own transaction, then writes the version, its checksum and,
-    every 50th, a checkpoint). Each commit adds a copy of one of the table's data files, so
-    the table still reads whole."""
-    from pipeline.spark.land.committer import DeltaCommitter
-    from pipeline.spark.land.ledger import CommitLedger
+class CopyCommits:
+    """A batch's commit as the job makes it, on any Delta table: a copy of one of the table's
+    data files (:meth:`copy`), then the job's own commit of it (:meth:`commit`:
+    ``pipeline.spark.land.committer``, one ``AddFile`` and the batch's ``SetTransaction``,
+    after the commit ledger's look at the log). The table still reads whole after."""
 
+    def __init__(self, spark: Any, path: str, app_id: str) -> None:
+        from pipeline.spark.land.committer import DeltaCommitter
+        from pipeline.spark.land.ledger import CommitLedger
+
+        self._hadoop = spark.sparkContext._jvm.org.apache.hadoop.fs
+        self._conf = spark.sparkContext._jsc.hadoopConfiguration()
+        self._source = self._hadoop.Path(spark.read.format("delta").load(path).inputFiles()[0])
+        self.fs = self._source.getFileSystem(self._conf)
+        self._size = self.fs.getFileStatus(self._source).getLen()
+        self._path, self._app_id = path, app_id
+        self._committer, self._ledger = DeltaCommitter(spark), CommitLedger(spark, app_id)
+
+    def copy(self, name: str) -> None:
+        self._hadoop.FileUtil.copy(self.fs, self._source, self.fs,
+                                   self._hadoop.Path(f"{self._path}/{name}"), False, self._conf)
+
+    def commit(self, name: str, batch: int) -> None:
+        self._committer.commit(self._path, [{"path": name, "size": self._size,
+                                             "stats": '{"numRecords":1}',
+                                             "modification_time": int(time.time() * 1000)}],
+                               self._app_id, batch, self._ledger)
+
+
+def _timed_parts(spark: Any, path: str, commits: int) -> dict[str, list[float]]:
+    """The job's own commit of a batch's files (:class:`CopyCommits`), timed ``commits``
+    times with its parts beside it (ms): ``list``, the log store's listing from the newest
+    checkpoint on (what a snapshot update reads of the log); ``snapshot``, a transaction's
+    start (Delta brings the table's snapshot up to date: the listing and the commits after the
+    checkpoint); ``commit``, the whole ``DeltaCommitter.commit`` (which starts its own
+    transaction, then writes the version, its checksum and, every 50th, a checkpoint)."""
     jvm = spark.sparkContext._jvm
     hadoop = jvm.org.apache.hadoop.fs
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
-    source = hadoop.Path(spark.read.format("delta").load(path).inputFiles()[0])
-    fs = source.getFileSystem(conf)
-    size = fs.getFileStatus(source).getLen()
-    app_id = f"log-age-{time.time_ns()}"
-    committer, ledger = DeltaCommitter(spark), CommitLedger(spark, app_id)
+    copies = CopyCommits(spark, path, f"log-age-{time.time_ns()}")
     parts: dict[str, list[float]] = {"list": [], "snapshot": [], "commit": []}
     for batch in range(commits):
         name = f"part-log-age-{batch:05d}.parquet"
-        jvm.org.apache.hadoop.fs.FileUtil.copy(fs, source, fs, hadoop.Path(f"{path}/{name}"),
-                                               False, conf)
+        copies.copy(name)
         delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession,
                                                                     path)
         version = delta_log.unsafeVolatileSnapshot().version()
@@ -172,9 +189,7 @@ def _timed_parts(spark: Any, path: str, commits: int) -> dict[str, list[float]]:
                                "from the checkpoint on (is the start Delta's listing prefix?)")
         delta_log.startTransaction()
         t2 = time.perf_counter()
-        committer.commit(path, [{"path": name, "size": size, "stats": '{"numRecords":1}',
-                                 "modification_time": int(time.time() * 1000)}],
-                         app_id, batch, ledger)
+        copies.commit(name, batch)
         t3 = time.perf_counter()
         for part, ms in (("list", t1 - t0), ("snapshot", t2 - t1), ("commit", t3 - t2)):
             parts[part].append(ms * 1000)
