@@ -49,9 +49,10 @@ faults:  ## fault-injection tests: kill -9, broker outage, corruption, restarts,
 lint: setup  ## ruff
 	@.venv/bin/ruff check .
 
-bench: setup  ## codec, state task, job start, pipeline vs raw Kafka->Delta at 2,000 and 20,000 msgs/batch (1-8 and 1 records per transaction), one busy key, then the typed tables over 1/2/10/50 files (~70 min; figures go to BENCHMARKS.md by hand)
+bench: setup  ## codec, state task, decode stage's routing, job start, pipeline vs raw Kafka->Delta at 2,000 and 20,000 msgs/batch (1-8 and 1 records per transaction), one busy key, then the typed tables over 1/2/10/50 files (~70 min; figures go to BENCHMARKS.md by hand)
 	@$(PY) benchmarks/bench_codec.py
 	@$(PY) benchmarks/bench_state.py
+	@$(PY) benchmarks/bench_routing.py
 	@$(PY) benchmarks/bench_start.py
 	@echo "== pipeline vs raw, 2,000 messages per batch (the template's cap) =="
 	@$(PY) benchmarks/bench_pipeline.py $(BENCH_ARGS)

@@ -330,6 +330,17 @@ def route_batch(decoder: RecordDecoder, batch: pa.RecordBatch) -> list[pa.Record
     values = batch.column("value")
     messages = message_buffers(values)
     index, routes = decoder.routes_many(topics, batch.column("key"), values, messages)
+    msnr, htime = scan_headers(*messages)
+    extra = decoder.header_rows(zip(topics, batch.column("partition").to_pylist(),
+                                    batch.column("offset").to_pylist(), msnr.tolist(),
+                                    htime.tolist(), strict=True))
+    return stage_rows(batch, index, routes, extra)
+
+
+def stage_rows(batch: pa.RecordBatch, index: list[int], routes: list[Route],
+               extra: list[dict[str, Any]]) -> list[pa.RecordBatch]:
+    """The stage's output: the records' columns taken at ``index`` (once per route) beside
+    their ``routes``, then the batch's own rows (``extra``)."""
     taken = batch.select(list(KAFKA_COLUMNS)).take(pa.array(index, pa.int64()))
     by_name = {name: taken.column(name) for name in KAFKA_COLUMNS}
     for name, column in zip(ROUTE_COLUMNS, zip(*routes, strict=True) if routes
@@ -337,10 +348,6 @@ def route_batch(decoder: RecordDecoder, batch: pa.RecordBatch) -> list[pa.Record
         by_name[name] = pa.array(column, ARROW_SCHEMA.field(name).type)
     out = [pa.RecordBatch.from_arrays([by_name[n] for n in ARROW_SCHEMA.names],
                                       schema=ARROW_SCHEMA)]
-    msnr, htime = scan_headers(*messages)
-    extra = decoder.header_rows(zip(topics, batch.column("partition").to_pylist(),
-                                    batch.column("offset").to_pylist(), msnr.tolist(),
-                                    htime.tolist(), strict=True))
     if extra:
         out.append(pa.RecordBatch.from_pylist(extra, schema=ARROW_SCHEMA))
     return out
