@@ -48,7 +48,6 @@ LIBRARY = Path(__file__).resolve().parent / "native" / "liburbwalk.so"
 _NAME_CAP = 64
 _STATUS_CAP = 64  # statuses one message may have for the library; more: the Python scan
 _PLAIN, _NAMED, _DEFER, _STATUS = 0, 1, 2, 3
-_I64 = ctypes.c_int64
 
 
 @lru_cache(maxsize=4)
@@ -110,7 +109,7 @@ def _route_many_function(path: str) -> ctypes._CFuncPtr | None:  # type: ignore[
     p = ctypes.c_void_p
     fn.argtypes = [p, ctypes.c_size_t, p, p, ctypes.c_size_t, ctypes.c_int, ctypes.c_char_p,
                    ctypes.c_size_t, ctypes.c_char_p, p, ctypes.c_size_t, p]
-    fn.restype = _I64
+    fn.restype = ctypes.c_int64
     return fn
 
 
@@ -193,7 +192,6 @@ class NativeRouter:
             return None
         statuses = [(spans[2 * i], spans[2 * i + 1]) for i in range(counts[0])]
         return Walked(self._out.raw[:n].decode(ASCII_CODEC), statuses, counts[1])
-
 
     def walk_many(self, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray
                   ) -> list[str | None]:
