@@ -97,3 +97,28 @@ def test_unknown_code_page_is_refused_like_the_decoder_does() -> None:
     with pytest.raises(ValueError) as decoded:
         decode_message(raw, codepage="cp-nonesuch")
     assert str(scanned.value) == str(decoded.value)
+
+
+@SETTINGS
+@given(header=headers, body=elements, big=st.booleans(), ebcdic=st.booleans(),
+       junk=st.lists(st.binary(max_size=40), max_size=4), seed=st.integers(0, 2**32))
+def test_headers_of_a_batch_are_each_message_s(header, body, big: bool, ebcdic: bool,
+                                               junk: list[bytes], seed: int) -> None:
+    """``scan_headers`` over one buffer of many messages (the decode stage's Arrow column)
+    gives each message's ``scan_header``: whole messages in every form, mutated and cut ones,
+    and short junk, in any order."""
+    import numpy as np
+
+    from pipeline.urb.scan import scan_headers
+
+    raw = encode_message(header, body, ebcdic=ebcdic, big_endian=big)
+    rng = random.Random(seed)
+    seeds = [load(name) for name in SEED_FILES]
+    messages = [raw, _mutate(rng, raw), raw[:rng.randrange(len(raw))], *junk,
+                *rng.sample(seeds, 3)]
+    rng.shuffle(messages)
+    ends = np.cumsum([len(m) for m in messages], dtype=np.int64)
+    starts = ends - [len(m) for m in messages]
+    msnr, htime = scan_headers(np.frombuffer(b"".join(messages), np.uint8), starts, ends)
+    assert list(zip(msnr.tolist(), htime.tolist(), strict=True)) == [
+        scan_header(m) for m in messages]
