@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pipeline.arrow_bytes import binary_spans
+
 from .arch import Form
 from .layout import FieldSpec, Filler, RecordLayout
 
@@ -107,10 +109,8 @@ def decode_block(payloads: pa.Array, layout: RecordLayout, form: Form,
     fit = np.flatnonzero(~unsure)
     if len(fit):
         # the images of the layout's length, contiguous in one binary array's data buffer
-        same = payloads.take(pa.array(fit)).cast(pa.binary())
-        offsets = np.frombuffer(same.buffers()[1], np.int32, len(same) + 1, same.offset * 4)
-        data = np.frombuffer(same.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
-        block[fit] = data.reshape(len(fit), size)
+        buf, starts, ends = binary_spans(payloads.take(pa.array(fit)))
+        block[fit] = buf[starts[0]:ends[-1]].reshape(len(fit), size)
     columns: dict[str, pa.Array] = {}
     offset = 0
     for item in layout.items:

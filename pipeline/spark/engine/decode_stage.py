@@ -43,9 +43,9 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
+from pipeline.arrow_bytes import Spans, binary_spans
 from pipeline.payload.gfft import gfft_fields
 from pipeline.reassembly.routing import SNAM_FIELD, Covered, Key, Router
 from pipeline.reassembly.rows import (
@@ -89,8 +89,6 @@ ARROW_SCHEMA = pa.schema([(n, t) for n, t, _ in _COLUMNS])
 KAFKA_COLUMNS = ("topic", "partition", "offset", "key", "value")
 ROUTE_COLUMNS = ("lane", "destination", "subscription", "part", "error")
 Route = tuple[int, str, str, int, str | None]
-#: An Arrow batch's message bytes: (buffer, starts, ends) (:func:`message_buffers`).
-Messages = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def spark_ddl() -> str:
@@ -167,11 +165,11 @@ class RecordDecoder:
         return self._keyed(destination, elements)
 
     def routes_many(self, topics: Sequence[str], keys: pa.Array, values: pa.Array,
-                    messages: Messages) -> tuple[list[int], list[Route]]:
+                    messages: Spans) -> tuple[list[int], list[Route]]:
         """:meth:`routes` of every record of an Arrow batch, in order: the index of the
         record of each route, and the routes. ``messages``: the values' bytes
-        (:func:`message_buffers`). The compiled scan walks the whole batch in one call per
-        form; the records it does not answer (statuses, the control topic, what it defers)
+        (``arrow_bytes.binary_spans``). The compiled scan walks the whole batch in one call
+        per form; the records it does not answer (statuses, the control topic, what it defers)
         go through :meth:`routes` one by one."""
         plain = (self._native.walk_many(*messages) if self._native is not None
                  else [None] * len(topics))
@@ -305,30 +303,13 @@ def _runs(heads: list[tuple[int, int, int]]) -> list[tuple[int, int, int, int]]:
     return [(a, b, c, d) for a, b, c, d in runs]
 
 
-def message_buffers(values: pa.Array) -> Messages:
-    """An Arrow column of message bytes as (bytes, starts, ends), the bytes not copied: value
-    ``i`` is ``buf[starts[i]:ends[i]]`` (empty where it is null)."""
-    if not (pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type)):
-        values = values.cast(pa.large_binary())
-    _, offsets, data = values.buffers()
-    width = np.dtype(np.int64 if pa.types.is_large_binary(values.type) else np.int32)
-    bounds = np.frombuffer(offsets, dtype=width, count=len(values) + 1,
-                           offset=values.offset * width.itemsize).astype(np.int64)
-    buf = (np.frombuffer(data, dtype=np.uint8) if data is not None
-           else np.empty(0, dtype=np.uint8))
-    starts, ends = bounds[:-1], bounds[1:]
-    if values.null_count:
-        ends = np.where(values.is_null().to_numpy(zero_copy_only=False), starts, ends)
-    return buf, starts, ends
-
-
 def route_batch(decoder: RecordDecoder, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
     """The decode stage's rows of a batch of Kafka records: each record's columns (taken,
     not copied through Python, once per key it has) and its route; then the batch's own
     rows (message-number runs, ticks: ``RecordDecoder.header_rows``)."""
     topics = batch.column("topic").to_pylist()
     values = batch.column("value")
-    messages = message_buffers(values)
+    messages = binary_spans(values)
     index, routes = decoder.routes_many(topics, batch.column("key"), values, messages)
     msnr, htime = scan_headers(*messages)
     extra = decoder.header_rows(zip(topics, batch.column("partition").to_pylist(),

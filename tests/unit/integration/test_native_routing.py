@@ -23,8 +23,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks.bench_state import stream
+from pipeline.arrow_bytes import binary_spans
 from pipeline.reassembly.routing import Covered
-from pipeline.spark.engine.decode_stage import RecordDecoder, message_buffers
+from pipeline.spark.engine.decode_stage import RecordDecoder
 from pipeline.urb import encode_message, make_element
 from pipeline.urb.native import LIBRARY, load_router
 from tests.support.harness import CONTROL_TOPIC, decoder_for
@@ -211,7 +212,7 @@ def test_a_batch_routes_as_its_records_one_by_one(form: str) -> None:
         elif pick < 0.10:
             mixed.append((topic, 0, r.offset, None, rng.choice(other).value))
     answered = sum(s is not None for s in native._native.walk_many(  # type: ignore[union-attr]
-        *message_buffers(_batch(mixed).column("value"))))
+        *binary_spans(_batch(mixed).column("value"))))
     assert answered >= 0.8 * len(records), answered
     for start in (0, 1, 17):
         part = mixed[start:]
