@@ -130,9 +130,13 @@ class _Reader:
         self.buf = buf
 
     def block(self, eye: str, pos: np.ndarray, big: np.ndarray) -> _Block:
-        """The fields ``READ[eye]`` of the elements at ``pos`` (message byte order ``big``)."""
-        raw = self.buf[pos[:, None] + np.arange(MIN_LENGTH[eye])]
-        return _Block(eye, raw, big)
+        """The fields ``READ[eye]`` of the elements at ``pos`` (message byte order ``big``).
+
+        The rows are taken from a sliding-window view of the buffer (one index per element):
+        an index per byte (``pos[:, None] + arange``) built an int64 matrix eight times the
+        size of the bytes gathered, a quarter of a decode's time."""
+        windows = np.lib.stride_tricks.sliding_window_view(self.buf, MIN_LENGTH[eye])
+        return _Block(eye, windows[pos], big)
 
 
 class _Block:
@@ -188,14 +192,22 @@ class _Chars:
 
     def column(self, raw: np.ndarray, ebcdic: np.ndarray) -> np.ndarray:
         """One string per row of ``raw`` (n × width bytes), each distinct value decoded once
-        (an object array)."""
-        if not len(raw):
+        (an object array).
+
+        Each row and its form flag are one key: a uint64 when they fit in 8 bytes (type
+        codes, error codes: sorted as integers, several times faster than as byte strings),
+        else a byte string of the row's width."""
+        n, width = raw.shape
+        if not n:
             return np.zeros(0, dtype=object)
-        keyed = np.ascontiguousarray(np.column_stack([ebcdic.astype(np.uint8), raw]))
-        width = keyed.shape[1]
-        void = keyed.view(f"V{width}").ravel()
-        uniq, inverse = np.unique(void, return_inverse=True)
-        texts = np.array([self.text(bytes(u)[1:], bool(bytes(u)[0])) for u in uniq],
+        size = 8 if width < 8 else width + 1
+        keyed = np.zeros((n, size), dtype=np.uint8)
+        keyed[:, 0] = ebcdic
+        keyed[:, 1:width + 1] = raw
+        keys = keyed.view(np.uint64 if size == 8 else f"V{size}").ravel()
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        rows = uniq.view(np.uint8).reshape(len(uniq), size)
+        texts = np.array([self.text(row[1:width + 1].tobytes(), bool(row[0])) for row in rows],
                          dtype=object)
         return texts[inverse.ravel()]
 
