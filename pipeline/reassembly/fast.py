@@ -13,8 +13,7 @@ first one that is not goes to the machine (``machine.MachineRun``: one run per c
 timers once at the end), and the fast path is tried again after it, on the run's state. A
 real stream has a status or a continuation every few dozen messages (the simulator's 2 %
 C5 statuses: runs of ~20), so a fast path that ended at the first of them landed almost
-nothing. ``fast_step`` is the one-shot form: the leading easy items only. An item is easy
-when:
+nothing. An item is easy when:
 
 - the key's state is easy: no open (partial) transaction, no open gap, nothing held. (Then
   ``step`` has no gap, hold, fill or partial business a message could touch, and timers it
@@ -84,27 +83,19 @@ def easy_state(state: KeyState | None) -> bool:
     return state is None or (state.partial is None and not state.gaps and not state.held)
 
 
-def fast_step(state: KeyState | None, items: Sequence[Incoming], now_ms: int,
-              config: ReassemblyConfig, key: tuple[str, str], codepage: str) -> FastResult:
-    """Take the leading easy items of a key's batch (Kafka order) into a clone of
-    ``state``; see the module doc (``Resume`` takes them at any position)."""
-    if not items or not easy_state(state) or items[0].value is None:
-        return FastResult(state, 0, None, 0)
-    st = state.clone() if state is not None else KeyState()
-    taken = Resume(items, now_ms, config, key, codepage).take(st, 0)
-    return taken if taken.consumed else FastResult(state, 0, None, 0)
-
-
 class Resume:
     """The fast path over one call's items (Kafka order), tried at any position: at the
     start and again after each message the machine takes (``state_stage.key_step``).
 
-    Why a class: a try decodes ahead (``_decode_prefix``: up to the first non-plain
-    message, or further), and what it decoded serves the later tries — plainness and every
-    field are a message's own (``columnar.Transactions.messages``) — so each message is
-    decoded about once, not once per try, and a message known not to be plain is not tried
-    at all. A decode has a fixed cost (~ what 30 messages cost), so re-decoding a 20-message
-    run at every status would cost more than it saves."""
+    Why a class: a try decodes ahead (``_decode_chunk``: the next chunk of messages), and
+    what it decoded serves the later tries — plainness and every field are a message's own
+    (``columnar.Transactions.messages``) — so each message is decoded once, and a message
+    known not to be plain is not tried at all. Chunks do not overlap: a decode has a fixed
+    cost (~ what 30 messages cost), so the chunks grow fourfold while every message in them
+    is plain (a busy key's 10,000 messages in six decodes), and start small again after a
+    status (runs between statuses are short: decoding far past one could be wasted should
+    the key's state stop being easy). A take lands at most to its chunk's end; the next
+    take decodes the next chunk."""
 
     def __init__(self, items: Sequence[Incoming], now_ms: int, config: ReassemblyConfig,
                  key: tuple[str, str], codepage: str) -> None:
@@ -114,8 +105,8 @@ class Resume:
         self._chunk: Chunk | None = None
         self._index: list[int] = []  # positions (in items) of the decoded messages
         self._stops: list[int] = []  # those of them not plain, ascending
-        self._read = 0  # items[:_read] are decoded (the messages among them)
-        self._tries = 0
+        self._read = 0  # items[_start:_read] are the last chunk decoded (its messages)
+        self._size = _FIRST_CHUNK  # messages the next chunk decodes
 
     def take(self, state: KeyState, pos: int) -> FastResult:
         """Land the easy items from ``pos`` on, changing ``state`` itself (the caller's
@@ -124,40 +115,37 @@ class Resume:
         items = self._items
         if pos >= len(items) or not easy_state(state) or items[pos].value is None:
             return FastResult(state, 0, None, 0)
+        if pos >= self._read:
+            self._decode_chunk(pos)
         stop = self._next_stop(pos)
         if stop == pos:
             return FastResult(state, 0, None, 0)  # known not plain: the machine's
-        if (stop is None and self._read < len(items)) or pos >= self._read:
-            self._decode_from(pos)
-            stop = self._next_stop(pos)
         first = bisect.bisect_left(self._index, pos)
         last = bisect.bisect_right(self._index, stop) if stop is not None else len(self._index)
         assert self._decoded is not None and self._index[first] == pos
         decoded = self._decoded.messages(first, last)
         index = [i - pos for i in self._index[first:last]]
         assert self._chunk is not None
-        return _take(state, state, items[pos:], decoded, index, self._now, self._config,
-                     (self._chunk, int(self._decoded.tx_start[first])))
+        return _take(state, state, items[pos:self._read], decoded, index, self._now,
+                     self._config, (self._chunk, int(self._decoded.tx_start[first])))
 
     def _next_stop(self, pos: int) -> int | None:
         """The first decoded non-plain message at or after ``pos``."""
         i = bisect.bisect_left(self._stops, pos)
         return self._stops[i] if i < len(self._stops) else None
 
-    def _decode_from(self, pos: int) -> None:
-        """Decode from ``pos`` up to a non-plain message (or the end), in growing chunks
-        (``_AHEAD_CHUNK`` first, after the call's first try: runs between statuses are
-        short, and what is decoded past the first stop serves the next tries)."""
-        self._tries += 1
-        first = _FIRST_CHUNK if self._tries == 1 else _AHEAD_CHUNK
+    def _decode_chunk(self, pos: int) -> None:
+        """Decode the next chunk from ``pos`` (a message): ``_size`` messages and the ticks
+        after them; the next chunk is four times as large if all of them were plain."""
         decoded, index, walked = _decode_prefix(self._items[pos:], self._codepage,
-                                                self._config.max_buffered_bytes, first)
+                                                self._config.max_buffered_bytes, self._size)
         self._decoded = decoded
         self._index = [pos + i for i in index]
         self._chunk = Chunk.of(decoded, [(self._items[i].topic, self._items[i].partition,
                                           self._items[i].offset) for i in self._index])
         self._stops = [self._index[i] for i in np.flatnonzero(~decoded.plain).tolist()]
         self._read = pos + walked
+        self._size = self._size * 4 if not self._stops else _AHEAD_CHUNK
 
 
 def _take(st: KeyState, given: KeyState | None, items: Sequence[Incoming],
@@ -186,39 +174,27 @@ def _take(st: KeyState, given: KeyState | None, items: Sequence[Incoming],
     return FastResult(st, consumed, LandedRun(chunk, t0, t0 + landed, st.epoch), landed)
 
 
-#: messages decoded first; the chunk grows fourfold while every message in it is plain
+#: messages the first chunk of a call decodes (``Resume``)
 _FIRST_CHUNK = 64
-#: messages decoded first by a later try of ``Resume``: a decode's fixed cost is worth
-#: ~30 messages', and what lies past the first stop is kept for the next tries
+#: messages the chunk after one with a status decodes: a decode's fixed cost is worth ~30
+#: messages', and runs between statuses are short
 _AHEAD_CHUNK = 256
 
 
-def _decode_prefix(items: Sequence[Incoming], codepage: str, cap: int, first: int
+def _decode_prefix(items: Sequence[Incoming], codepage: str, cap: int, size: int
                    ) -> tuple[columnar.Transactions, list[int], int]:
-    """The key's messages up to and including its first non-plain one (or all of them),
-    their positions in ``items``, and how many items were read.
-
-    Why not all at once: only the leading plain run is landed here, and on a real stream it
-    is often short (a status, a continuation, a STRT every few dozen messages: the
-    simulator's 2 % C5 statuses give runs of ~20 messages), so decoding a 10,000-message
-    batch to land its first 20 was most of the call's fast-path time. Growing chunks keep
-    the all-plain case at ~1.3 decodes per message. The positions are gathered as far as
-    decoded, not over all ``items``: the fast path is tried again after every message the
-    machine takes."""
+    """The first ``size`` messages of ``items`` decoded, their positions in ``items``, and
+    how many items that is (the ticks after the last message included)."""
     index: list[int] = []
     values: list[bytes] = []
-    walked, limit = 0, first
-    while True:
-        while walked < len(items) and (len(index) < limit or items[walked].value is None):
-            value = items[walked].value
-            if value is not None:
-                index.append(walked)
-                values.append(value)
-            walked += 1
-        decoded = columnar.decode(values, codepage, cap)
-        if walked == len(items) or not decoded.plain.all():
-            return decoded, index, walked
-        limit *= 4
+    walked = 0
+    while walked < len(items) and (len(index) < size or items[walked].value is None):
+        value = items[walked].value
+        if value is not None:
+            index.append(walked)
+            values.append(value)
+        walked += 1
+    return columnar.decode(values, codepage, cap), index, walked
 
 
 def _fingerprints(d: columnar.Transactions, count: int) -> list[int]:
