@@ -118,7 +118,7 @@ def run(records: list[Any], size: int, rep: Any, fast: bool, folder: str
                 done = key_step(current, frames[key], now, config, key, decoder)
                 result, before = done.result, done.landed
                 t2 = t3 = time.perf_counter()
-                tick["fast_step + rest (decode, assembly)"] = t2 - t1
+                tick["fast path + machine (decode, assembly)"] = t2 - t1
                 counts["fast_tx"] += len(before["transactions"]["tsnr"]) if before else 0
             else:
                 elements, _rejected = split_frames(frames[key], decoder)
