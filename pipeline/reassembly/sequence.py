@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -54,14 +54,23 @@ class DupWindow:
     A tsnr alone names a transaction only within an epoch — after STRT/REST numbering starts
     at 1 again (R8) — so ``contains_tsnr`` asks about the window's newest
     epoch only: ``epoch`` is the epoch of the last ``current`` entries (entries are added in
-    epoch order: only the key's current epoch lands into the window)."""
+    epoch order: only the key's current epoch lands into the window).
 
-    __slots__ = ("_entries", "_pairs", "_tsnrs", "current", "epoch", "size")
+    How it is kept: every entry has a serial number (``_n`` so far); the dicts map a pair, and
+    a tsnr of the current epoch, to the serial of its newest entry, and an entry counts while
+    its serial is among the window's last ``len`` (``current`` for tsnrs). Adding a pair is
+    then a dict store done in C for a whole run (``extend``), and an entry leaving the window
+    changes no dict: counting each pair in and out was four Python dict updates per landed
+    transaction, ~10 % of a busy key's call. The dicts are rebuilt from the entries when they
+    hold four times the window (old serials), so they stay bounded."""
+
+    __slots__ = ("_entries", "_n", "_pairs", "_tsnrs", "current", "epoch", "size")
 
     def __init__(self, size: int, entries: list[tuple[int, int]] | None = None,
                  epoch: int = 0, current: int | None = None) -> None:
         self.size = size
-        self._entries: deque[tuple[int, int]] = deque()
+        self._entries: deque[tuple[int, int]] = deque(maxlen=size)
+        self._n = 0
         self._pairs: dict[tuple[int, int], int] = {}
         self._tsnrs: dict[int, int] = {}
         self.epoch = epoch
@@ -75,42 +84,30 @@ class DupWindow:
 
     def contains(self, tsnr: int, fp: int | None) -> bool:
         """The very transaction (tsnr and content) landed, in any epoch."""
-        return fp is not None and (tsnr, fp) in self._pairs
+        return fp is not None and self._pairs.get((tsnr, fp), -1) >= self._n - len(self._entries)
 
     def contains_tsnr(self, tsnr: int, epoch: int) -> bool:
         """A transaction numbered ``tsnr`` landed in ``epoch`` (among the window's)."""
-        return epoch == self.epoch and tsnr in self._tsnrs
+        return epoch == self.epoch and self._tsnrs.get(tsnr, -1) >= self._n - self.current
 
     def add(self, tsnr: int, fp: int, epoch: int) -> None:
-        self._enter(epoch)
-        self._entries.append((tsnr, fp))
-        self.current += 1
-        _bump(self._pairs, (tsnr, fp), 1)
-        _bump(self._tsnrs, tsnr, 1)
-        self.resize(self.size)
+        self.extend([(tsnr, fp)], epoch)
 
     def extend(self, pairs: list[tuple[int, int]], epoch: int) -> None:
-        """``add`` each pair in turn, trimming once (the fast path lands thousands a call).
-
-        Why two ways: counting a pair in and, later, out is four dict updates in Python per
-        landed transaction (~10 % of a busy key's call); recounting the whole window is done
-        in C (``Counter``). So a batch of at least a sixteenth of the window recounts it."""
+        """``add`` each pair in turn, trimming once (the fast path lands thousands a call):
+        only the last ``size`` can still be in the window afterwards."""
         if not pairs:
             return
         self._enter(epoch)
-        entries = self._entries
-        entries.extend(pairs[-self.size:])
-        if len(pairs) * 16 < self.size:
-            self.current += len(pairs)
-            for pair in pairs:
-                _bump(self._pairs, pair, 1)
-                _bump(self._tsnrs, pair[0], 1)
-            self.resize(self.size)
-            return
-        for _ in range(len(entries) - self.size):
-            entries.popleft()
-        self._pairs = dict(Counter(entries))
-        self._recount_current(min(self.current + len(pairs), len(entries)))
+        kept = pairs[-self.size:]
+        first = self._n + len(pairs) - len(kept)
+        self._n += len(pairs)
+        self.current += len(pairs)
+        self._entries.extend(kept)
+        serials = range(first, self._n)
+        self._pairs.update(zip(kept, serials, strict=True))
+        self._tsnrs.update(zip(map(itemgetter(0), kept), serials, strict=True))
+        self.resize(self.size)
 
     def _enter(self, epoch: int) -> None:
         """Entries of a newer epoch follow: the tsnrs landed so far name other transactions."""
@@ -120,18 +117,19 @@ class DupWindow:
     def _recount_current(self, current: int) -> None:
         self.current = current
         newest = list(self._entries)[len(self._entries) - current:]
-        self._tsnrs = dict(Counter(map(itemgetter(0), newest)))
+        self._tsnrs = {t: i for i, (t, _) in enumerate(newest, start=self._n - current)}
 
     def resize(self, size: int) -> None:
         """Apply a (possibly changed) configured size, forgetting the oldest entries."""
         self.size = size
-        while len(self._entries) > self.size:
-            in_current = len(self._entries) <= self.current
-            old = self._entries.popleft()
-            _bump(self._pairs, old, -1)
-            if in_current:
-                self.current -= 1
-                _bump(self._tsnrs, old[0], -1)
+        if self._entries.maxlen != size:  # the deque drops its oldest beyond its maxlen
+            self._entries = deque(self._entries, maxlen=size)
+        entries = self._entries
+        self.current = min(self.current, len(entries))
+        if len(self._pairs) > 4 * max(size, 16):
+            first = self._n - len(entries)
+            self._pairs = {p: i for i, p in enumerate(entries, start=first)}
+            self._recount_current(self.current)
 
     def to_obj(self) -> bytes:
         """Packed big-endian (tsnr, fingerprint) pairs: 8 bytes per entry."""
@@ -151,14 +149,6 @@ class DupWindow:
 
     def __deepcopy__(self, memo: dict) -> DupWindow:
         return DupWindow(self.size, list(self._entries), self.epoch, self.current)
-
-
-def _bump(counts: dict, key: object, delta: int) -> None:
-    n = counts.get(key, 0) + delta
-    if n:
-        counts[key] = n
-    else:
-        counts.pop(key, None)
 
 
 class Verdict(StrEnum):

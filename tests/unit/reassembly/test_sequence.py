@@ -81,18 +81,29 @@ def test_window_tsnrs_belong_to_their_epoch_pairs_to_every_epoch() -> None:
        batches=st.lists(st.tuples(st.integers(0, 2), st.lists(
            st.tuples(st.integers(1, 40), st.integers(0, 3)), max_size=250)), max_size=8))
 def test_window_extend_is_adding_one_by_one(size: int, batches: list) -> None:
-    """``extend`` (a recount in C for big batches, counting in and out for small ones) keeps
-    the window and its counts exactly as adding the pairs one at a time does, epochs too."""
+    """``extend`` (a run's pairs stored at once, only the last ``size`` kept) keeps the window
+    exactly as adding the pairs one at a time does, epochs too; and both answer as a plain
+    list of the last ``size`` pairs would (the dicts' serials, rebuilt now and then, are the
+    window's own business)."""
     fast, slow = DupWindow(size), DupWindow(size)
+    model: list[tuple[int, int, int]] = []  # (tsnr, fp, epoch), oldest first
     epoch = 0
     for step_up, pairs in batches:
         epoch += step_up
         fast.extend(pairs, epoch)
         for tsnr, fp in pairs:
             slow.add(tsnr, fp, epoch)
-        assert fast == slow and fast._pairs == slow._pairs and fast._tsnrs == slow._tsnrs
-        assert all(fast.contains(t, f) for t, f in pairs[-size:])
-        assert all(fast.contains_tsnr(t, epoch) for t, _ in pairs[-size:])
+        model = (model + [(t, f, epoch) for t, f in pairs])[-size:]
+        newest = model[-1][2] if model else 0  # the epoch of the last pairs added
+        assert fast == slow and fast.epoch == newest
+        for window in (fast, slow, DupWindow.from_obj(size, fast.to_obj(), fast.epoch,
+                                                      fast.current)):
+            for t in range(1, 41):
+                for f in range(4):
+                    assert window.contains(t, f) == any(m[:2] == (t, f) for m in model)
+                for e in range(epoch + 1):
+                    assert window.contains_tsnr(t, e) == (
+                        e == newest and any(m[0] == t and m[2] == newest for m in model))
 
 
 def seq(next_u: int | None, missing: tuple = (), settled: tuple = (),
