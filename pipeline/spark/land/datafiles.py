@@ -113,7 +113,7 @@ class DataFiles:
                                                 for f in arrow_schema(table) if f.name in cols],
                                         batch_id),
                           # whose rows: the typed step reads only its files' subscriptions
-                          "subscriptions": sorted({str(s) for s in subs})})
+                          "subscriptions": sorted(str(s) for s in set(subs))})
             if self.mirror_subscriptions.intersection(subs):
                 keep = [i for i, s in enumerate(subs) if s in self.mirror_subscriptions]
                 out[table] = columns_to_rows(table, cols, keep)
