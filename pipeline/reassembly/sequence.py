@@ -62,7 +62,8 @@ class DupWindow:
     then a dict store done in C for a whole run (``extend``), and an entry leaving the window
     changes no dict: counting each pair in and out was four Python dict updates per landed
     transaction, ~10 % of a busy key's call. The dicts are rebuilt from the entries when they
-    hold four times the window (old serials), so they stay bounded."""
+    hold twice the window (old serials): at most twice the entries of counting in and out
+    (a window may be 1,000,000), rebuilt once per window of new pairs."""
 
     __slots__ = ("_entries", "_n", "_pairs", "_tsnrs", "current", "epoch", "size")
 
@@ -126,7 +127,7 @@ class DupWindow:
             self._entries = deque(self._entries, maxlen=size)
         entries = self._entries
         self.current = min(self.current, len(entries))
-        if len(self._pairs) > 4 * max(size, 16):
+        if len(self._pairs) > 2 * max(size, 16):
             first = self._n - len(entries)
             self._pairs = {p: i for i, p in enumerate(entries, start=first)}
             self._recount_current(self.current)
