@@ -92,7 +92,7 @@ class Resume:
     (``columnar.Transactions.messages``) — so each message is decoded once, and a message
     known not to be plain is not tried at all. Chunks do not overlap: a decode has a fixed
     cost (~ what 30 messages cost), so the chunks grow fourfold while every message in them
-    is plain (a busy key's 10,000 messages in six decodes), and start small again after a
+    is plain (a busy key's 10,000 messages in five decodes), and start small again after a
     status (runs between statuses are short: decoding far past one could be wasted should
     the key's state stop being easy). A take lands at most to its chunk's end; the next
     take decodes the next chunk."""
@@ -105,7 +105,7 @@ class Resume:
         self._chunk: Chunk | None = None
         self._index: list[int] = []  # positions (in items) of the decoded messages
         self._stops: list[int] = []  # those of them not plain, ascending
-        self._read = 0  # items[_start:_read] are the last chunk decoded (its messages)
+        self._read = 0  # where the last chunk decoded ends (its ticks included)
         self._size = _FIRST_CHUNK  # messages the next chunk decodes
 
     def take(self, state: KeyState, pos: int) -> FastResult:
@@ -137,7 +137,7 @@ class Resume:
     def _decode_chunk(self, pos: int) -> None:
         """Decode the next chunk from ``pos`` (a message): ``_size`` messages and the ticks
         after them; the next chunk is four times as large if all of them were plain."""
-        decoded, index, walked = _decode_prefix(self._items[pos:], self._codepage,
+        decoded, index, walked = _decode_messages(self._items[pos:], self._codepage,
                                                 self._config.max_buffered_bytes, self._size)
         self._decoded = decoded
         self._index = [pos + i for i in index]
@@ -181,7 +181,7 @@ _FIRST_CHUNK = 64
 _AHEAD_CHUNK = 256
 
 
-def _decode_prefix(items: Sequence[Incoming], codepage: str, cap: int, size: int
+def _decode_messages(items: Sequence[Incoming], codepage: str, cap: int, size: int
                    ) -> tuple[columnar.Transactions, list[int], int]:
     """The first ``size`` messages of ``items`` decoded, their positions in ``items``, and
     how many items that is (the ticks after the last message included)."""

@@ -109,12 +109,13 @@ class DataFiles:
             subs = cols["subscription"]
             if not len(subs):
                 continue
+            names = set(subs)
             files.append({**self._write(table, [pa.array(cols[f.name], f.type)
                                                 for f in arrow_schema(table) if f.name in cols],
                                         batch_id),
                           # whose rows: the typed step reads only its files' subscriptions
-                          "subscriptions": sorted(str(s) for s in set(subs))})
-            if self.mirror_subscriptions.intersection(subs):
+                          "subscriptions": sorted(str(s) for s in names)})
+            if self.mirror_subscriptions.intersection(names):
                 keep = [i for i, s in enumerate(subs) if s in self.mirror_subscriptions]
                 out[table] = columns_to_rows(table, cols, keep)
         statuses = tables.get("status_events") or []

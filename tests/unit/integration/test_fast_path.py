@@ -286,7 +286,7 @@ def test_the_state_function_gives_the_same_output_with_its_fast_path(encoding: s
 @pytest.mark.parametrize(("chunk", "c5_rate"), [(1, 0.0), (1, 0.2), (3, 0.05)])
 def test_decoding_in_growing_chunks_takes_the_same_messages(
         chunk: int, c5_rate: float, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``fast._decode_prefix`` from a tiny first chunk (1, 4, 16, … messages), at the call's
+    """``fast.Resume``'s chunks from a tiny first one (1, 4, 16, … messages), at the call's
     first try and at later ones (``Resume``): the same rows, state and fast-path share as
     the default chunks, statuses or not."""
     import pipeline.reassembly.fast as fast_module
