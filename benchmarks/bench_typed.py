@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -92,6 +93,7 @@ def one_row(files: int, size: int, transactions: int, reuse: str | None,
     started = ensure_broker(settings)
     if reuse:
         load = earlier_load(reuse)
+        clear_outputs(conf.parent)
     else:
         load = load_topic(settings, transactions, seed=1)
         (conf.parent / "load.json").write_text(json.dumps(load))
@@ -112,6 +114,19 @@ def one_row(files: int, size: int, transactions: int, reuse: str | None,
             "typed_rows": typed.get("typed_rows", {}), "quarantined": typed["quarantined"],
             "largest_worker_mb": typed["peak_memory_mb"]["largest_worker_mb"],
             "load_average": load_average(), "started_broker": started, "conf": str(conf)}
+
+
+def clear_outputs(run_dir: Path) -> None:
+    """An earlier run's lake, checkpoints and metrics gone, its conf and load kept: the
+    phases of a reused topic start from offset 0 (a checkpoint left at the topic's end would
+    wait for messages that never come)."""
+    for path in run_dir.iterdir():
+        if path.name in ("conf.yaml", "load.json"):
+            continue
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
 
 
 def table(rows: list[dict[str, Any]]) -> str:
