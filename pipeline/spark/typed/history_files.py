@@ -51,23 +51,13 @@ def land_history(table: Any, new: pa.Table, cutoffs_us: tuple[int, ...], app_id:
     (delta-rs); rows written (0: nothing changed, no commit)."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     schema = pa.schema(table.schema().to_arrow())  # the table's: GFFT versions add columns
     isns = np.unique(new.column("isn").to_numpy(zero_copy_only=False))
     stamps = pc.cast(new.column("commit_time"), pa.int64())
     earliest = None if stamps.null_count else pc.min(stamps).as_py()
-    files = _candidates(table, isns, earliest)
     root = table.table_uri.removeprefix("file://").rstrip("/")
-    held = pa.concat_tables([schema.empty_table(), *(
-        _conform(pq.read_table(f"{root}/{path}"), schema) for path in files)])
-    touched = pc.is_in(held.column("isn"), value_set=pa.array(isns))
-    if earliest is not None:
-        cut = pa.scalar(earliest, pa.int64()).cast(schema.field("valid_to").type)
-        touched = pc.and_(touched, pc.or_(pc.is_null(held.column("valid_to")),
-                                          pc.fill_null(pc.greater_equal(
-                                              held.column("valid_to"), cut), False)))
-    mine = np.flatnonzero(touched.to_numpy(zero_copy_only=False))
+    files, held, mine = _held(root, _candidates(table, isns, earliest), schema, isns, earliest)
     written = history_rows(held.take(pa.array(mine)), new, cutoffs_us).select(schema.names)
     if not written.num_rows:
         return 0
@@ -83,6 +73,39 @@ def land_history(table: Any, new: pa.Table, cutoffs_us: tuple[int, ...], app_id:
     actions += _write(root, rows)
     table.create_write_transaction(actions, "append", schema, commit_properties=commit)
     return written.num_rows
+
+
+def _held(root: str, candidates: list[str], schema: pa.Schema, isns: np.ndarray,
+          earliest: int | None) -> tuple[list[str], pa.Table, np.ndarray]:
+    """The candidate files that hold a row the batch may change (their ISN is touched, and
+    they are open or end at or after ``earliest``), their rows, and those rows' indexes.
+    A candidate without one stays as it is: statistics are bounds, and with commit times
+    closer than the 1 ms slack of ``_candidates`` the previous batch's closed file is always
+    a candidate, though in commit order no row of it moves."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    cut = (None if earliest is None
+           else pa.scalar(earliest, pa.int64()).cast(schema.field("valid_to").type))
+    value_set = pa.array(isns)
+    files, parts, hits = [], [schema.empty_table()], [np.zeros(0, np.int64)]
+    start = 0
+    for path in candidates:
+        rows = _conform(pq.read_table(f"{root}/{path}"), schema)
+        touched = pc.is_in(rows.column("isn"), value_set=value_set)
+        if cut is not None:
+            touched = pc.and_(touched, pc.or_(pc.is_null(rows.column("valid_to")),
+                                              pc.fill_null(pc.greater_equal(
+                                                  rows.column("valid_to"), cut), False)))
+        hit = np.flatnonzero(touched.to_numpy(zero_copy_only=False))
+        if not len(hit):
+            continue
+        files.append(path)
+        parts.append(rows)
+        hits.append(hit + start)
+        start += rows.num_rows
+    return files, pa.concat_tables(parts), np.concatenate(hits)
 
 
 def _conform(data: pa.Table, schema: pa.Schema) -> pa.Table:

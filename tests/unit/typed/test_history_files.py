@@ -76,6 +76,26 @@ def test_a_batch_rewrites_only_the_files_it_changes(tmp_path) -> None:
     assert table.transaction_version("app-history") == 2
 
 
+def test_a_closed_file_the_batch_cannot_change_stays(tmp_path) -> None:
+    """Commit times closer than a millisecond (a busy database): the previous batch's closed
+    file is a candidate by its statistics (kept to the millisecond), but no row of it ends
+    after the batch's earliest change, so it is neither removed nor written again."""
+    table = _table(str(tmp_path))
+    _land(table, [change(1, "upsert", 0.0001, tsnr=1, color="A"),
+                  change(1, "upsert", 0.0002, tsnr=2, color="B"),
+                  change(2, "upsert", 0.0002, tsnr=2, color="X")], 0)
+    closed = {f for f in table.file_uris()
+              if pq.read_table(f).column("valid_to").null_count == 0}
+    assert len(closed) == 1, "batch 0 closed one version, in a file of its own"
+    _land(table, [change(1, "upsert", 0.0004, tsnr=3, color="C")], 1)
+    after = set(table.file_uris())
+    assert closed <= after, "the closed file of batch 0 is not rewritten"
+    assert len(after) == 3, "batch 1 closed B in a file of its own; ISNs 1-2 open"
+    rows = sorted((r["isn"], r["color"], r["is_current"])
+                  for r in table.to_pyarrow_table().to_pylist())
+    assert rows == [(1, "A", False), (1, "B", False), (1, "C", True), (2, "X", True)]
+
+
 def test_statistics_bound_the_rows(tmp_path) -> None:
     data = with_flags(_changes([change(1, "upsert", 1, color="A" * 40),
                                 change(7, "delete", 5, color=None)]), 3)
