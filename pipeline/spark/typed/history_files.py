@@ -92,15 +92,16 @@ def _held(root: str, candidates: list[str], schema: pa.Schema, isns: np.ndarray,
     files, parts, hits = [], [schema.empty_table()], [np.zeros(0, np.int64)]
     start = 0
     for path in candidates:
-        rows = _conform(pq.read_table(f"{root}/{path}"), schema)
-        touched = pc.is_in(rows.column("isn"), value_set=value_set)
+        keys = pq.read_table(f"{root}/{path}", columns=["isn", "valid_to"])
+        touched = pc.is_in(keys.column("isn"), value_set=value_set)
         if cut is not None:
-            touched = pc.and_(touched, pc.or_(pc.is_null(rows.column("valid_to")),
+            touched = pc.and_(touched, pc.or_(pc.is_null(keys.column("valid_to")),
                                               pc.fill_null(pc.greater_equal(
-                                                  rows.column("valid_to"), cut), False)))
+                                                  keys.column("valid_to"), cut), False)))
         hit = np.flatnonzero(touched.to_numpy(zero_copy_only=False))
-        if not len(hit):
+        if not len(hit):  # its two key columns read, not the file
             continue
+        rows = _conform(pq.read_table(f"{root}/{path}"), schema)
         files.append(path)
         parts.append(rows)
         hits.append(hit + start)
