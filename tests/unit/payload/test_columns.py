@@ -136,3 +136,22 @@ def test_negative_zero_blanks_and_binary_zeros() -> None:
     assert errors == want_errors == [None, None, None]
     assert {c: a.to_pylist() for c, a in got.items()} == want
     assert want["ap"] == [None, None, Decimal(123)] and want["aa"] == [None, "\x00" * 3, "ABC"]
+
+
+def test_text_the_row_decoder_must_see_is_left_to_it() -> None:
+    """A NUL in a text field (the row decoder's strip differs) marks the image for the row
+    decoder, in a block of ASCII text (a byte per character) and in one with a character
+    beyond it (code points); plain text does not (both forms)."""
+    from pipeline.payload.arch import payload_form
+    from pipeline.payload.columns import decode_block
+
+    layout = parse_format_buffer("AA,4,A.")
+    for ebcdic in (True, False):
+        form = payload_form(ebcdic=ebcdic)
+        for texts in (("AB  ", "A\x00B ", "    "), ("Ä B ", "A\x00B ", "    ")):
+            images = [t.encode(form.text) for t in texts]
+            got = decode_block(pa.array(images, pa.binary()), layout, form)
+            assert got is not None
+            assert got.unsure.tolist() == [False, True, False]
+            values = got.columns["aa"].to_pylist()
+            assert (values[0], values[2]) == (texts[0].rstrip(), "")
