@@ -91,8 +91,9 @@ def _held(root: str, candidates: list[str], schema: pa.Schema, isns: np.ndarray,
     value_set = pa.array(isns)
     files, parts, hits = [], [schema.empty_table()], [np.zeros(0, np.int64)]
     start = 0
-    for path in candidates:
-        keys = pq.read_table(f"{root}/{path}", columns=["isn", "valid_to"])
+    key_schema = pa.schema([schema.field("isn"), schema.field("valid_to")])
+    for path in candidates:  # a file Spark wrote may keep its times in other units
+        keys = _conform(pq.read_table(f"{root}/{path}", columns=key_schema.names), key_schema)
         touched = pc.is_in(keys.column("isn"), value_set=value_set)
         if cut is not None:
             touched = pc.and_(touched, pc.or_(pc.is_null(keys.column("valid_to")),
