@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pipeline.spark.land.datafiles import dictionary_columns
 from pipeline.typed.frames import VERSION, history_rows
 
 if TYPE_CHECKING:
@@ -201,7 +202,7 @@ def _add(root: str, part: pa.Table) -> Any:
 
     name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
     path = f"{root}/{name}"
-    pq.write_table(part, path, compression="snappy")
+    pq.write_table(part, path, compression="snappy", use_dictionary=dictionary_columns(part.schema))
     info = Path(path).stat()
     return AddAction(name, info.st_size, {}, int(info.st_mtime * 1000), True,
                      json.dumps(stats(part), separators=(",", ":")))
