@@ -114,8 +114,9 @@ class FileResult:
     quarantine: list[dict[str, Any]] = field(default_factory=list)
     records: int = 0
     spark: bool = False
-    #: task milliseconds by phase (read, decode, changes, current, history): the driver
-    #: reports their sums as ``counts.t_typed_task_<phase>_ms``, to see where a batch went
+    #: task milliseconds by phase (read, decode, changes, current, history; the last three
+    #: run together, ``_land_file``): the driver reports their sums as
+    #: ``counts.t_typed_task_<phase>_ms``, to see where a batch went
     times_ms: dict[str, float] = field(default_factory=dict)
 
 
@@ -451,8 +452,7 @@ def _rewrite_tombstones(plan: FilePlan, table: Any, old: pa.Table, source: pa.Ta
     if changed:
         write_deltalake(table, after, mode="overwrite",
                         writer_properties=_writer_properties(after.schema),
-                        commit_properties=_commit(
-            app, work.batch_id))
+                        commit_properties=_commit(app, work.batch_id))
 
 
 def _merge_history(plan: FilePlan, table: Any, changes: pa.Table, work: TypedWork) -> None:
