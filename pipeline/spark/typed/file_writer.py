@@ -225,7 +225,7 @@ def _land_file(plan: FilePlan, tables: dict[str, Any], batch: FileBatch,
     tables, each committed on its own (a replay skips what landed, in any order: the
     module docstring), and most of their time is in Arrow, Parquet and delta-rs, outside
     the GIL: a task whose file is larger than its neighbour's uses the core the neighbour
-    left idle. Their phase times overlap (each is its own wall time)."""
+    left idle (decision 0021). Their phase times overlap (each is its own wall time)."""
     import pyarrow as pa
 
     result = FileResult(batch.key, records=batch.records.num_rows)
