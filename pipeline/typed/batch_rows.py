@@ -191,23 +191,39 @@ def file_batches(transactions: pa.Table, records: pa.Table, images: pa.Table,
     recs = recs.set_column(recs.schema.get_field_index("commit_time"), "commit_time",
                            pc.if_else(read, recs.column("record_time"),
                                       recs.column("commit_time"))).drop_columns(["record_time"])
-    imgs = imgs.drop_columns(["subscription", "destination"])
+    # the payloads stay out of the join (its biggest column): each image keeps its row
+    # number, and its payload is taken once, in file order (``_split``)
+    payloads = imgs.column("payload")
+    imgs = imgs.drop_columns(["subscription", "destination", "payload"]).append_column(
+        "_img", pa.array(np.arange(imgs.num_rows, dtype=np.int64)))
     imgs = imgs.filter(pc.is_in(imgs.column("image_type"),
                                 value_set=pa.array(list(TYPED_IMAGE_TYPES))))
     imgs = imgs.join(recs, [*CODED, "occ", "rsnr"], join_type="inner")
-    yield from _split(recs, imgs)
+    yield from _split(recs, imgs, payloads)
 
 
-def _split(recs: pa.Table, imgs: pa.Table) -> Iterator[FileBatch]:
-    """The joined rows cut per file (one sort each, then slices)."""
+def _split(recs: pa.Table, imgs: pa.Table, payloads: pa.ChunkedArray
+           ) -> Iterator[FileBatch]:
+    """The joined rows cut per file (one sort each, then slices); the images get their
+    payloads back."""
     file_cols = ["subscription", "dbid", "fnr"]
-    recs = recs.take(sort_indices(recs, file_cols))
-    imgs = imgs.take(sort_indices(imgs, file_cols))
+    recs = _by_file(recs, file_cols)
+    imgs = _by_file(imgs, file_cols)
+    imgs = imgs.append_column("payload", payloads.take(imgs.column("_img"))).drop_columns(
+        ["_img"])
     rec_bounds = _bounds(recs, file_cols)
     img_bounds = dict(_bounds(imgs, file_cols))
     for key, (start, end) in rec_bounds:
         i0, i1 = img_bounds.get(key, (0, 0))
         yield FileBatch(key, recs.slice(start, end - start), imgs.slice(i0, i1 - i0))
+
+
+def _by_file(table: pa.Table, columns: list[str]) -> pa.Table:
+    """The rows in file order; as they are when they are all of one file (a task's
+    subscription of one file: no copy)."""
+    if group_starts(table, columns).sum() <= 1:
+        return table
+    return table.take(sort_indices(table, columns))
 
 
 def _bounds(table: pa.Table, columns: list[str]) -> list[tuple[FileKey, tuple[int, int]]]:
