@@ -35,6 +35,10 @@ KEYS = ("subscription", "destination", "epoch", "tsnr")
 CODED = ("_sub", "_dst", "epoch", "tsnr")
 #: (subscription, dbid, fnr): one configured file.
 FileKey = tuple[str, int, int]
+#: What a file is (``FileKey``'s columns).
+FILE_COLUMNS = ["subscription", "dbid", "fnr"]
+#: An image's column: the row of its record in its ``FileBatch.records``.
+RECORD_ROW = "_rec"
 #: Columns read from each raw table.
 READ = {"transactions": (*KEYS, "dbid", "commit_time", "origin", "landed_at"),
         "records": (*KEYS, "rsnr", "fnr", "isn", "type", "rsp", "record_time", "dcnt"),
@@ -44,8 +48,8 @@ READ = {"transactions": (*KEYS, "dbid", "commit_time", "origin", "landed_at"),
 @dataclass(frozen=True)
 class FileBatch:
     """One configured file's rows of the batch: its records (with their transactions'
-    columns) and its after and before images (with their records' columns), both with
-    ``CODED`` and ``occ``."""
+    columns) and its after and before images (with their records' columns, and
+    ``RECORD_ROW``: their record's row in ``records``), both with ``CODED`` and ``occ``."""
 
     key: FileKey
     records: pa.Table
@@ -191,6 +195,8 @@ def file_batches(transactions: pa.Table, records: pa.Table, images: pa.Table,
     recs = recs.set_column(recs.schema.get_field_index("commit_time"), "commit_time",
                            pc.if_else(read, recs.column("record_time"),
                                       recs.column("commit_time"))).drop_columns(["record_time"])
+    recs = _by_file(recs, FILE_COLUMNS)
+    recs = recs.append_column(RECORD_ROW, pa.array(np.arange(recs.num_rows, dtype=np.int64)))
     # the payloads stay out of the join (its biggest column): each image keeps its row
     # number, and its payload is taken once, in file order (``_split``)
     payloads = imgs.column("payload")
@@ -204,18 +210,23 @@ def file_batches(transactions: pa.Table, records: pa.Table, images: pa.Table,
 
 def _split(recs: pa.Table, imgs: pa.Table, payloads: pa.ChunkedArray
            ) -> Iterator[FileBatch]:
-    """The joined rows cut per file (one sort each, then slices); the images get their
-    payloads back."""
-    file_cols = ["subscription", "dbid", "fnr"]
-    recs = _by_file(recs, file_cols)
-    imgs = _by_file(imgs, file_cols)
+    """The joined rows cut per file (records already in file order, the images sorted
+    once, then slices); the images get their payloads back, and their ``RECORD_ROW``
+    counted from their file's first record."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    imgs = _by_file(imgs, FILE_COLUMNS)
     imgs = imgs.append_column("payload", payloads.take(imgs.column("_img"))).drop_columns(
         ["_img"])
-    rec_bounds = _bounds(recs, file_cols)
-    img_bounds = dict(_bounds(imgs, file_cols))
-    for key, (start, end) in rec_bounds:
+    img_bounds = dict(_bounds(imgs, FILE_COLUMNS))
+    rows = imgs.schema.get_field_index(RECORD_ROW)
+    for key, (start, end) in _bounds(recs, FILE_COLUMNS):
         i0, i1 = img_bounds.get(key, (0, 0))
-        yield FileBatch(key, recs.slice(start, end - start), imgs.slice(i0, i1 - i0))
+        mine = imgs.slice(i0, i1 - i0)
+        mine = mine.set_column(rows, RECORD_ROW, pc.subtract(mine.column(RECORD_ROW),
+                                                             pa.scalar(start, pa.int64())))
+        yield FileBatch(key, recs.slice(start, end - start).drop_columns([RECORD_ROW]), mine)
 
 
 def _by_file(table: pa.Table, columns: list[str]) -> pa.Table:

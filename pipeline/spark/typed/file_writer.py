@@ -47,8 +47,8 @@ import numpy as np
 from pipeline.reassembly.pseudo import RECONCILE_ORIGIN as RECONCILE
 from pipeline.spark.typed.history_files import land_history
 from pipeline.typed.batch_rows import (
-    CODED,
     READ,
+    RECORD_ROW,
     FileBatch,
     FileKey,
     deleted_by_rsp,
@@ -61,7 +61,6 @@ from pipeline.typed.frames import (
     UNVERIFY,
     UPSERT,
     current_ops,
-    last_per_group,
     merge_source,
     since_cutoff,
     tombstones_after,
@@ -243,7 +242,7 @@ def _land_file(plan: FilePlan, tables: dict[str, Any], batch: FileBatch,
         "changes": lambda: _append_changes(plan, tables["changes"], good, values,
                                            changes_schema, work)}
     if values:  # a file with no layout yet has no value columns to MERGE
-        changes = record_changes(_repairing(batch.records, plan.repair), good, values)
+        changes = record_changes(*_repairing(batch.records, good, plan.repair), values)
         clock.lap("current")
         steps["current"] = lambda: _merge_current(plan, tables, changes, work)
         if "history" in tables:
@@ -277,15 +276,25 @@ def _append_changes(plan: FilePlan, table: Any, good: pa.Table, values: list[str
             work.batch_id)
 
 
-def _repairing(records: pa.Table, repair: bool) -> pa.Table:
-    """The records whose change reaches the current table and the history: without the
-    repair (``reconcile.repair: false``) not the answers of ``urbpipe reconcile``."""
+def _repairing(records: pa.Table, images: pa.Table, repair: bool
+               ) -> tuple[pa.Table, pa.Table]:
+    """The records whose change reaches the current table and the history, and their
+    images: without the repair (``reconcile.repair: false``) not the answers of ``urbpipe
+    reconcile`` (the images' ``RECORD_ROW`` then counts the kept records)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     if repair:
-        return records
-    return records.filter(pc.fill_null(pc.not_equal(records.column("origin"), RECONCILE),
-                                       True))
+        return records, images
+    keep = pc.fill_null(pc.not_equal(records.column("origin"), RECONCILE), True).to_numpy(
+        zero_copy_only=False)
+    moved = np.cumsum(keep) - 1  # a kept record's row among the kept ones
+    rows = images.column(RECORD_ROW).to_numpy()
+    mine = keep[rows]
+    images = images.filter(pa.array(mine))
+    images = images.set_column(images.schema.get_field_index(RECORD_ROW), RECORD_ROW,
+                               pa.array(moved[rows[mine]], pa.int64()))
+    return records.filter(pa.array(keep)), images
 
 
 def _app(work: TypedWork, kind: str, plan: FilePlan) -> str:
@@ -368,34 +377,48 @@ def record_changes(records: pa.Table, good: pa.Table, values: list[str]) -> pa.T
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    on = [*CODED, "occ", "rsnr"]
-    images = last_per_group(good.select([*on, "image_type", "dsnr", *values]),
-                            [*on, "image_type"], ["dsnr"])
-    rows = records.select(on).append_column(
-        "_row", pa.array(np.arange(records.num_rows, dtype=np.int64)))
-    picks: dict[str, tuple[pa.Table, pa.ChunkedArray]] = {}
-    for kind in ("A", "B"):
-        mine = images.filter(pc.equal(images.column("image_type"), kind))
-        index = mine.select(on).append_column(
-            "_img", pa.array(np.arange(mine.num_rows, dtype=np.int64)))
-        joined = rows.join(index, on, join_type="left outer")
-        order = np.argsort(joined.column("_row").to_numpy())
-        picks[kind] = (mine, joined.column("_img").take(pa.array(order)))
+    picks = _images_of(records.num_rows, good)
     record_type = records.column("record_type").to_numpy(zero_copy_only=False)
     rsp = pc.fill_null(records.column("rsp"), 0).to_numpy(zero_copy_only=False)
-    has_after = pc.is_valid(picks["A"][1]).to_numpy(zero_copy_only=False)
+    has_after = pc.is_valid(picks["A"]).to_numpy(zero_copy_only=False)
     action = np.where((record_type == "D") | deleted_by_rsp(record_type, rsp), DELETE,
                       np.where(has_after, UPSERT, UNVERIFY)).astype(object)
     use_after = pa.array(action == UPSERT)
     out = records.select(["isn"])
     for v in values:
-        after = picks["A"][0].column(v).take(picks["A"][1])
-        before = picks["B"][0].column(v).take(picks["B"][1])
-        out = out.append_column(v, pc.if_else(use_after, after, before))
+        column = good.column(v)
+        out = out.append_column(v, pc.if_else(use_after, column.take(picks["A"]),
+                                              column.take(picks["B"])))
     out = out.append_column("action", pa.array(action, pa.string()))
     out = out.append_column("verified", pa.array(action != UNVERIFY))
     for c in META:
         out = out.append_column(c, records.column(c))
+    return out
+
+
+def _images_of(records: int, images: pa.Table) -> dict[str, pa.Array]:
+    """For each kind (A, B), the row in ``images`` of each record's image of that kind:
+    the one of greatest dsnr (nulls first; the later row of equal ones, as
+    ``frames.last_per_group``); null where the record has none. Images name their record
+    by ``RECORD_ROW`` (``batch_rows``): a sort of numbers, no join."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = images.num_rows
+    rows = images.column(RECORD_ROW).to_numpy()
+    before = pc.equal(images.column("image_type"), "B").to_numpy(zero_copy_only=False)
+    dsnr = pc.fill_null(images.column("dsnr"), np.iinfo(np.int64).min).to_numpy(
+        zero_copy_only=False)
+    order = np.lexsort((np.arange(n), dsnr, before, rows))
+    last = np.ones(n, bool)  # the last of each (record, kind) in that order
+    last[:-1] = (rows[order][1:] != rows[order][:-1]) | (before[order][1:] != before[order][:-1])
+    chosen = order[last]
+    out = {}
+    for kind, is_before in (("A", False), ("B", True)):
+        mine = chosen[before[chosen] == is_before]
+        index = np.full(records, -1, np.int64)
+        index[rows[mine]] = mine
+        out[kind] = pa.array(index, mask=index < 0)
     return out
 
 

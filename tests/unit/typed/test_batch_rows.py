@@ -10,7 +10,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.typed.batch_rows import file_batches
+from pipeline.typed.batch_rows import RECORD_ROW, file_batches
 
 T = datetime(2026, 11, 28, tzinfo=UTC)
 
@@ -67,6 +67,9 @@ def test_a_file_of_another_database_is_not_the_configured_one() -> None:
     assert sorted((b.key, b.records.column("isn").to_pylist(), b.images.num_rows)
                   for b in got) == [(("COLOR", 10006, 4), [8], 1),
                                     (("COLOR", 10007, 4), [7], 1)]
+    for b in got:  # an image's record row counts from its own file's first record
+        rows = b.records.column("isn").take(b.images.column(RECORD_ROW))
+        assert rows.to_pylist() == b.images.column("isn").to_pylist()
 
 
 def test_initial_state_pseudo_transactions_pair_by_occurrence_among_live_ones() -> None:
@@ -166,6 +169,8 @@ def test_every_image_joins_its_own_records_isn(shapes: list[list[bool]], live_at
         assert payload == (b"RED" if isn_ == 30 else f"I{isn_}".encode())
     found = sum(f for shape in shapes for f in shape) + 1
     assert imgs.num_rows == found
+    by_row = recs.column("isn").take(imgs.column(RECORD_ROW))  # each image's own record
+    assert by_row.to_pylist() == imgs.column("isn").to_pylist()
     hours = {r["isn"]: r["commit_time"] for r in recs.to_pylist()}
     for n, shape in enumerate(shapes, start=1):
         first = 100 + sum(len(s) for s in shapes[:n - 1])
