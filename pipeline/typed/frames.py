@@ -138,6 +138,28 @@ def last_per_group(table: pa.Table, group: Sequence[str], order: Sequence[str]) 
     return pa.concat_tables([table.filter(pa.array(~repeated)), ordered.filter(ends)])
 
 
+def sorted_last(table: pa.Table, group: Sequence[str], order: Sequence[str]) -> pa.Table:
+    """``last_per_group``'s rows, sorted by ``group``: one sort by the group, then only the
+    rows of repeated groups sorted by ``order`` too (a history batch's versions are nearly
+    all distinct: no hash aggregation to find that out)."""
+    import pyarrow as pa
+
+    ordered = table.take(sort_indices(table, group))
+    starts = group_starts(ordered, group)
+    if starts.all():
+        return ordered
+    ends = np.append(starts[1:], True)
+    repeated = np.flatnonzero(~(starts & ends))  # rows of groups of two or more
+    rows = ordered.take(pa.array(repeated)).select([*order]).append_column(
+        "_group", pa.array(np.cumsum(starts)[repeated])).append_column(
+        "_at", pa.array(repeated))
+    ranked = rows.take(sort_indices(rows, ["_group", *order]))  # stable: table order last
+    last = np.append(group_starts(ranked, ["_group"])[1:], True)
+    keep = starts & ends
+    keep[ranked.column("_at").to_numpy()[last]] = True
+    return ordered.filter(pa.array(keep))
+
+
 def occurrence(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
     """1 for the first row of its ``keys`` in table order, 2 for the next …: the n-th
     initial-state pseudo-transaction of a key (``pipeline.spark.typed.changes._occurrence``).
@@ -296,8 +318,7 @@ def history_rows(old: pa.Table, new: pa.Table, cutoffs_us: Sequence[int]) -> pa.
             old.column("is_current").combine_chunks(), pa.nulls(new.num_rows, pa.bool_())])))
     both = both.append_column("_neg_new", pc.negate(both.column("_new")))
     # winners: per (isn, version) the greatest destination, then verified, then _new 0
-    chosen = last_per_group(both, ["isn", *VERSION], ["destination", "verified", "_neg_new"])
-    chosen = chosen.take(sort_indices(chosen, ["isn", *VERSION]))
+    chosen = sorted_last(both, ["isn", *VERSION], ["destination", "verified", "_neg_new"])
     valid, commit = _column(chosen, "commit_time")
     isn = chosen.column("isn").to_numpy(zero_copy_only=False)
     n = chosen.num_rows

@@ -22,6 +22,7 @@ from pipeline.typed.frames import (
     occurrence,
     order_key,
     since_cutoff,
+    sorted_last,
     tombstones_after,
     unburied,
     with_flags,
@@ -222,3 +223,9 @@ def test_occurrence_and_last_per_group_are_the_plain_python_ones(rows) -> None:
             best[(k, t)] = rank
     got = last_per_group(table, ["k", "t"], ["v"]).column("i").to_pylist()
     assert sorted(got) == sorted(rank[2] for rank in best.values())
+    in_order = sorted_last(table, ["k", "t"], ["v"])  # the same rows, by group
+    assert sorted(in_order.column("i").to_pylist()) == sorted(got)
+    keys = [((k is not None, k or ""), t) for k, t in zip(in_order.column("k").to_pylist(),
+                                                           in_order.column("t").to_pylist(),
+                                                           strict=True)]
+    assert keys == sorted(keys)  # nulls first
