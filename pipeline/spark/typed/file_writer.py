@@ -63,6 +63,7 @@ from pipeline.typed.frames import (
     current_ops,
     merge_source,
     since_cutoff,
+    sorted_last,
     tombstones_after,
     unburied,
     with_flags,
@@ -398,26 +399,25 @@ def record_changes(records: pa.Table, good: pa.Table, values: list[str]) -> pa.T
 
 def _images_of(records: int, images: pa.Table) -> dict[str, pa.Array]:
     """For each kind (A, B), the row in ``images`` of each record's image of that kind:
-    the one of greatest dsnr (nulls first; the later row of equal ones, as
-    ``frames.last_per_group``); null where the record has none. Images name their record
-    by ``RECORD_ROW`` (``batch_rows``): a sort of numbers, no join."""
+    the one of greatest dsnr (``frames.sorted_last``: nulls first, the later row of equal
+    ones); null where the record has none. Images name their record by ``RECORD_ROW``
+    (``batch_rows``): a sort of numbers, no join."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    n = images.num_rows
-    rows = images.column(RECORD_ROW).to_numpy()
-    before = pc.equal(images.column("image_type"), "B").to_numpy(zero_copy_only=False)
-    dsnr = pc.fill_null(images.column("dsnr"), np.iinfo(np.int64).min).to_numpy(
-        zero_copy_only=False)
-    order = np.lexsort((np.arange(n), dsnr, before, rows))
-    last = np.ones(n, bool)  # the last of each (record, kind) in that order
-    last[:-1] = (rows[order][1:] != rows[order][:-1]) | (before[order][1:] != before[order][:-1])
-    chosen = order[last]
+    keys = pa.table({RECORD_ROW: images.column(RECORD_ROW),
+                     "_before": pc.equal(images.column("image_type"), "B"),
+                     "dsnr": images.column("dsnr"),
+                     "_at": pa.array(np.arange(images.num_rows, dtype=np.int64))})
+    chosen = sorted_last(keys, [RECORD_ROW, "_before"], ["dsnr"])
+    rows = chosen.column(RECORD_ROW).to_numpy()
+    before = chosen.column("_before").to_numpy(zero_copy_only=False)
+    at = chosen.column("_at").to_numpy()
     out = {}
     for kind, is_before in (("A", False), ("B", True)):
-        mine = chosen[before[chosen] == is_before]
+        mine = before == is_before
         index = np.full(records, -1, np.int64)
-        index[rows[mine]] = mine
+        index[rows[mine]] = at[mine]
         out[kind] = pa.array(index, mask=index < 0)
     return out
 
