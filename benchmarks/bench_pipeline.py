@@ -75,7 +75,7 @@ def run_settings(run_dir: Path, prefix: str, *, template: Path = TEMPLATE,
     of the ORDERS layout on files of their own, the forms alternating (the scaling table);
     ``sections``: top-level conf sections that replace the template's (the typed bench's
     ``subscriptions`` and ``layouts``, benchmarks/bench_typed.py); ``spark``: settings of the
-    template's ``spark`` section overridden.
+    template's ``spark`` section overridden (its ``conf`` added to the template's).
 
     Written to ``run_dir/conf.yaml`` so the Spark phases (separate processes) and anyone
     re-running a query by hand read exactly the same settings.
@@ -86,7 +86,10 @@ def run_settings(run_dir: Path, prefix: str, *, template: Path = TEMPLATE,
     raw["stream"].update(lake_dir=str(run_dir / "lake"), checkpoint_dir=str(run_dir / "ck"),
                          metrics_file=str(run_dir / "metrics.jsonl"), **(stream or {}))
     raw["base_dir"] = str(ROOT)
-    raw.setdefault("spark", {}).update(spark or {})
+    spark = dict(spark or {})
+    section = raw.setdefault("spark", {})
+    section.setdefault("conf", {}).update(spark.pop("conf", {}))  # added to the template's
+    section.update(spark)
     if subscriptions is not None:
         raw["subscriptions"] = _subscriptions(raw["subscriptions"], subscriptions)
     raw.update(sections or {})
@@ -531,6 +534,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="stream.state_api override")
     p.add_argument("--local-file-system", choices=["nio", "hadoop"],
                    help="spark.local_file_system override (both phases)")
+    p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting for both phases' sessions (spark.conf in the run's "
+                        "conf; repeatable), e.g. spark.eventLog.enabled=true for event logs")
     p.add_argument("--timeout", type=float, default=1800.0, help="per phase, seconds")
     p.add_argument("--keep-broker", action="store_true", help="leave the bench broker running")
     p.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)
@@ -547,6 +553,19 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in given.items() if v is not None}
 
 
+def spark_overrides(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The run's ``spark`` section overrides: the local file system and ``--spark-conf``."""
+    out: dict[str, Any] = {}
+    if args.local_file_system:
+        out["local_file_system"] = args.local_file_system
+    pairs = [item.partition("=") for item in args.spark_conf]
+    if bad := [key for key, eq, _ in pairs if not eq or not key]:
+        raise SystemExit(f"--spark-conf wants KEY=VALUE, got {bad[0]!r}")
+    if pairs:
+        out["conf"] = {key.strip(): value.strip() for key, _, value in pairs}
+    return out or None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.phase:
@@ -556,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     settings, conf = run_settings(
         BENCH_DIR / "runs" / run_id, topics, stream=overrides(args),
         subscriptions=args.subscriptions,
-        spark={"local_file_system": args.local_file_system} if args.local_file_system else None)
+        spark=spark_overrides(args))
     phases = [p for p in PHASES if p in args.phases.split(",")]
     print(f"bench run {run_id}: conf {conf.relative_to(ROOT)}; load average {load_average()}")
     started_broker = ensure_broker(settings)
