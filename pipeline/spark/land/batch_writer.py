@@ -106,7 +106,7 @@ def batch_writer(settings: Settings, app_id: str, steps: Sequence[LandingStep]
         session.sparkContext.setLocalProperty(BATCH_PROPERTY, str(batch_id))
         frame = frame.persist()
         try:
-            rows, stats, files = count_tables(frame)
+            rows, stats, files = count_tables(frame, few_rows=direct)
             # with the direct writer the bulk tables' JSON rows are mirrors for later stages
             counts = {t: n for t, n in rows.items() if not (direct and t in DIRECT_TABLES)}
             counts["bytes"] = sum(int(row["bytes"]) for row in stats)
@@ -130,13 +130,28 @@ def batch_writer(settings: Settings, app_id: str, steps: Sequence[LandingStep]
     return write_batch
 
 
-def count_tables(batch: DataFrame
+def count_tables(batch: DataFrame, *, few_rows: bool = False
                  ) -> tuple[dict[str, int], list[dict[str, Any]], list[dict[str, Any]]]:
     """Rows per table, the state calls' metrics rows (``STATS_TABLE``) and the direct
-    writer's file descriptions (``FILES_TABLE``), in one job."""
+    writer's file descriptions (``FILES_TABLE``), in one job.
+
+    ``few_rows`` (the direct writer): the bulk tables' rows are in the tasks' files, so the
+    batch holds tens of rows (a bad batch's quarantine: one per message), and each row's
+    table name goes to the driver as it is, in a job of one stage. Otherwise (Spark appends
+    every table: hundreds of thousands of rows) the executors count, and the driver gets a
+    row per table."""
     from pyspark.sql import functions as F
 
     small = F.col("table").isin(STATS_TABLE, FILES_TABLE)
+    if few_rows:
+        tables: dict[str, int] = {}
+        found: dict[str, list[dict[str, Any]]] = {STATS_TABLE: [], FILES_TABLE: []}
+        for r in batch.select("table", F.when(small, F.col("json")).alias("json")).collect():
+            if r["table"] in found:
+                found[r["table"]].append(json.loads(r["json"]))
+            else:
+                tables[r["table"]] = tables.get(r["table"], 0) + 1
+        return tables, found[STATS_TABLE], found[FILES_TABLE]
     rows = (batch.groupBy("table")
             .agg(F.count(F.lit(1)).alias("count"),
                  F.collect_list(F.when(small, F.col("json"))).alias("small"))
