@@ -49,7 +49,7 @@ faults:  ## fault-injection tests: kill -9, broker outage, corruption, restarts,
 lint: setup  ## ruff
 	@.venv/bin/ruff check .
 
-bench: setup  ## codec, state task, decode stage's routing, job start, pipeline vs raw Kafka->Delta at 2,000 and 20,000 msgs/batch (1-8 and 1 records per transaction), one busy key, then the typed tables over 1/2/10/50 files (~70 min; figures go to BENCHMARKS.md by hand)
+bench: setup  ## codec, state task, decode stage's routing, job start, pipeline vs raw Kafka->Delta at 2,000 and 20,000 msgs/batch (1-8 and 1 records per transaction), one busy key, then the typed tables over 1/2/10/50 files and a current table's MERGE against its size (~70 min; figures go to BENCHMARKS.md by hand)
 	@$(PY) benchmarks/bench_codec.py
 	@$(PY) benchmarks/bench_state.py
 	@$(PY) benchmarks/bench_routing.py
@@ -64,6 +64,8 @@ bench: setup  ## codec, state task, decode stage's routing, job start, pipeline 
 	@$(PY) benchmarks/bench_pipeline.py --transactions 400000 --max-offsets 5000 --subscriptions 1 $(BENCH_ARGS)
 	@echo "== typed tables (each file a layout, history on) over 1/2/10/50 files at 2,000 and 20,000 msgs/batch, against the raw passthrough of the same load =="
 	@$(PY) benchmarks/bench_typed.py $(TYPED_ARGS)
+	@echo "== a batch's MERGE into a typed current table of 100k, 1M and 3M rows (delta-rs copy-on-write) =="
+	@$(PY) benchmarks/current_merge_size.py
 
 scaling: setup  ## full pipeline at 2k/5k/20k/50k msgs/batch x 1/2/8 busy keys, then typed tables over 1/10/50 files: tx/s, batch time, memory (~75 min; SCALING_ARGS=..., TYPED_ARGS=...)
 	@$(PY) benchmarks/scaling.py $(SCALING_ARGS)
