@@ -79,9 +79,12 @@ def merge_once(path: str, held: np.ndarray, inserts: int, updates: int,
     return time.perf_counter() - started, metrics, np.concatenate([held, fresh])
 
 
-def measure(size: int, args: argparse.Namespace) -> dict[str, Any]:
+def measure(size: int, args: argparse.Namespace, scratch: Path = BENCH_DIR) -> dict[str, Any]:
+    """One table size's figures; the table is built in a folder under ``scratch``, then
+    deleted."""
     rng = np.random.default_rng(args.seed)
-    with tempfile.TemporaryDirectory(dir=BENCH_DIR) as folder:
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=scratch) as folder:
         path = f"{folder}/current"
         began = time.perf_counter()
         held = build(path, size, args.batch_inserts, rng)
@@ -112,7 +115,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--merges", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
-    BENCH_DIR.mkdir(exist_ok=True)
     print(f"{'rows':>10} {'files':>6} {'merge s':>8} {'scanned':>8} {'rewritten':>9} "
           f"{'rows copied':>12} {'updated':>8} {'inserted':>8}")
     results = []

@@ -5,13 +5,14 @@ the file's other rows: delta-rs writes no deletion vectors)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from benchmarks.current_merge_size import measure
 
 
-def test_a_few_updates_copy_the_whole_table() -> None:
+def test_a_few_updates_copy_the_whole_table(tmp_path: Path) -> None:
     args = argparse.Namespace(batch_inserts=500, updates=5, merges=2, seed=3)
-    result = measure(2_000, args)
+    result = measure(2_000, args, tmp_path / "scratch")
     assert result["files"] == 4
     assert len(result["merges_s"]) == 2
     assert (result["rows_updated"], result["rows_inserted"]) == (5, 500)
@@ -20,7 +21,7 @@ def test_a_few_updates_copy_the_whole_table() -> None:
     assert result["rows_copied"] in (2_000 - 5, 2_000 + 500 - 5)
 
 
-def test_inserts_alone_copy_nothing() -> None:
+def test_inserts_alone_copy_nothing(tmp_path: Path) -> None:
     args = argparse.Namespace(batch_inserts=500, updates=0, merges=1, seed=3)
-    result = measure(2_000, args)
+    result = measure(2_000, args, tmp_path / "scratch")
     assert (result["rows_copied"], result["rows_updated"], result["rows_inserted"]) == (0, 0, 500)
