@@ -30,7 +30,7 @@ import numpy as np
 from pipeline.urb.codepages import LATIN1_TABLES, check_codepage
 from pipeline.urb.layouts import ALL_TABLES, STRIP
 from pipeline.urb.native import load_chain_walker
-from pipeline.urb.walk import ELEMENT_MIN, FORMS
+from pipeline.urb.walk import ELEMENT_MIN, FORMS, HEAD_KEYS, form_heads
 
 # element kinds of a plain message (0: anything else)
 OTHER, URBT, URBR, URBD, URBE = range(5)
@@ -232,7 +232,19 @@ _EYE_CODES, _EYE_KINDS, _EYE_EBCDIC = _eye_codes()
 #: The compiled walk (pipeline/urb/native), loaded once per process; None: not built, the
 #: numpy walk runs alone (same arrays: tests/unit/reassembly/test_native_walk.py).
 _NATIVE_WALK = load_chain_walker(_EYE_CODES, _EYE_KINDS, _EYE_EBCDIC)
-_FORM_KEYS = {int.from_bytes(k, "big"): (f.ebcdic, f.big) for k, f in FORMS.items()}
+
+
+def _forms(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each message's form as the codec reads it (``walk.form_heads``): EBCDIC, big-endian,
+    and whether it is at least a URBH long with a header of a known form."""
+    count = len(starts)
+    ebcdic, big, known = (np.zeros(count, dtype=bool) for _ in range(3))
+    index, keys = form_heads(buf, starts, starts + lengths, MIN_LENGTH["URBH"])
+    for head, key in HEAD_KEYS.items():
+        hit = index[keys == key]
+        ebcdic[hit], big[hit], known[hit] = FORMS[head].ebcdic, FORMS[head].big, True
+    return ebcdic, big, known
 
 
 def decode(values: Sequence[bytes], codepage: str, max_buffered_bytes: int) -> Transactions:
@@ -248,20 +260,10 @@ def decode(values: Sequence[bytes], codepage: str, max_buffered_bytes: int) -> T
     joined = b"".join([*values, bytes(_SPARE)])
     buf = np.frombuffer(joined, dtype=np.uint8)
     reader = _Reader(buf)
-    ok = lengths >= MIN_LENGTH["URBH"]
+    ebcdic, big, ok = _forms(buf, starts, lengths)
     if table is None:
         ok[:] = False
     head = np.where(ok, starts, 0)
-    raw = reader.buf[head[:, None] + np.arange(12)]
-    key = (raw[:, :4].copy().view(">u4").ravel().astype(np.uint64) << np.uint64(32)) | \
-        raw[:, 8:12].copy().view(">u4").ravel().astype(np.uint64)
-    ebcdic = np.zeros(count, dtype=bool)
-    big = np.zeros(count, dtype=bool)
-    for code, (is_ebcdic, is_big) in _FORM_KEYS.items():
-        hit = key == np.uint64(code)
-        ebcdic |= hit & is_ebcdic
-        big |= hit & is_big
-    ok &= np.isin(key, np.array(list(_FORM_KEYS), dtype=np.uint64))
     header = reader.block("URBH", head, big)
     hlen, lent = header.num("urbhlen"), header.num("urbhlent")
     ok &= (lent == lengths) & (hlen >= MIN_LENGTH["URBH"]) & (hlen <= lengths)
