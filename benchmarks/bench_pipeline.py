@@ -25,8 +25,10 @@ What one run does, on this machine:
 The data is loaded before either query starts, so both read a backlog: throughput is the
 catch-up rate, and the latency figures are dominated by how long a message waited in Kafka —
 comparable between (a) and (b), not a steady-state latency (see benchmarks/soak.py for that).
-Generated data lives under .bench/ (git-ignored); the broker is stopped at the end if this run
-started it (``--keep-broker`` leaves it up).
+Generated data lives under .bench/ (git-ignored): a run's conf, load, metrics and results stay
+in .bench/runs/RUN, its lakes and checkpoints are removed when it ends (``--keep-lake`` keeps
+them); the broker is stopped at the end if this run started it (``--keep-broker`` leaves it
+up).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -539,6 +542,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "conf; repeatable), e.g. spark.eventLog.enabled=true for event logs")
     p.add_argument("--timeout", type=float, default=1800.0, help="per phase, seconds")
     p.add_argument("--keep-broker", action="store_true", help="leave the bench broker running")
+    p.add_argument("--keep-lake", action="store_true",
+                   help="keep the run's lakes and checkpoints (removed when it ends: a run "
+                        "leaves a few hundred MB, and --reuse-load needs only the topic)")
     p.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)
     p.add_argument("--conf", help=argparse.SUPPRESS)
     p.add_argument("--expect", type=int, help=argparse.SUPPRESS)
@@ -598,11 +604,31 @@ def main(argv: list[str] | None = None) -> int:
             {"load": load, "results": results, "codec": codec, "load_average": loads,
              "settings": throughput_settings(settings)}, indent=1))
     finally:
+        if not args.keep_lake:
+            print(clear_run(conf.parent))
         if started_broker and not args.keep_broker:
             from devtools import broker
 
             print(broker.stop(settings))
     return 0
+
+
+#: What a run leaves that no later run reads: the phases' lakes and checkpoints (a few
+#: hundred MB each; ``--reuse-load`` needs only the topic and ``load.json``).
+RUN_DATA = ("lake", "ck", "ck-raw")
+
+
+def clear_run(run_dir: Path) -> str:
+    """Delete a finished run's lakes and checkpoints; its conf, load, metrics and results
+    stay."""
+    freed = 0
+    for name in RUN_DATA:
+        folder = run_dir / name
+        if folder.is_dir():
+            freed += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+            shutil.rmtree(folder, ignore_errors=True)
+    return (f"run data removed ({freed / 1e6:,.0f} MB: {', '.join(RUN_DATA)}; --keep-lake "
+            f"keeps them)")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmarks.bench_pipeline import parse_args, run_settings, spark_overrides
+from benchmarks.bench_pipeline import clear_run, parse_args, run_settings, spark_overrides
 
 
 def test_spark_conf_pairs_become_the_spark_sections_conf() -> None:
@@ -37,3 +37,16 @@ def test_spark_conf_is_added_to_the_templates_own(tmp_path: Path) -> None:
     # the template's setting stays (the bench reads every batch's progress through it)
     assert written["spark.sql.streaming.numRecentProgressUpdates"] == "2000"
     assert settings.spark.conf["spark.eventLog.enabled"] == "true"
+
+
+def test_a_finished_runs_lakes_and_checkpoints_go_and_its_figures_stay(tmp_path: Path) -> None:
+    for name in ("lake/raw", "ck/offsets", "ck-raw/commits"):
+        (tmp_path / name).mkdir(parents=True)
+        (tmp_path / name / "part-0.parquet").write_bytes(b"x" * 1000)
+    for name in ("conf.yaml", "load.json", "metrics.jsonl", "results.json"):
+        (tmp_path / name).write_text("{}")
+    said = clear_run(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "conf.yaml", "load.json", "metrics.jsonl", "results.json"]
+    assert "0 MB" in said and "--keep-lake" in said  # 3,000 bytes, rounded
+    assert clear_run(tmp_path).startswith("run data removed (0 MB")  # twice: nothing left
