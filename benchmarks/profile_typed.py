@@ -4,6 +4,7 @@ Run from the repository root, after a ``bench_typed.py`` run (one process, no Sp
 
     .venv/bin/python benchmarks/profile_typed.py .bench/runs/typed-…-f2-b20000 3
     .venv/bin/python benchmarks/profile_typed.py .bench/runs/typed-…-f2-b20000 3 --profile
+    .venv/bin/python benchmarks/profile_typed.py .bench/runs/typed-…-f2-b20000 2 --batches 3
 
 The run's lake is copied to a temporary folder. Its typed tables are rolled back to before
 the batch by dropping their later commits: table version ``v`` holds batch ``v - 1``, and the
@@ -84,6 +85,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("run", type=Path, help="a bench_typed run folder (.bench/runs/typed-…)")
     p.add_argument("batch", type=int, help="the batch to land again (from 1)")
+    p.add_argument("--batches", type=int, default=1,
+                   help="land this many batches from BATCH on, one after the other in the "
+                        "one process (the first pays the process's warm-up: imports, Arrow's "
+                        "first kernels, delta-rs's first table loads, as a job's first batch)")
     p.add_argument("--profile", action="store_true", help="cProfile each share")
     args = p.parse_args()
     run = args.run.resolve()
@@ -94,29 +99,32 @@ def main() -> None:
         conf = Path(tmp) / "conf.yaml"
         conf.write_text((run / "conf.yaml").read_text().replace(str(run / "lake"), str(lake)))
         settings = load_settings(conf, env={})
-        inputs = batch_inputs(lake, args.batch)
         plans = [file_plan(settings, lay, decode_spec(settings, lay), ())
                  for lay in settings.layouts]
         app = app_id(tables[0])
-        for share in _tasks(plans, 2):
-            work = TypedWork(tuple(share), _share(inputs, share), args.batch, app)
-            land(work, args.profile)
+        for batch in range(args.batch, args.batch + args.batches):
+            print(f"batch {batch}")
+            inputs = batch_inputs(lake, batch)
+            for share in _tasks(plans, 2):
+                work = TypedWork(tuple(share), _share(inputs, share), batch, app)
+                land(work, args.profile)
 
 
 def land(work: TypedWork, profile: bool) -> None:
     profiler = cProfile.Profile() if profile else None
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     if profiler:
         profiler.enable()
     results: list[Any] = list(land_work(work))
     if profiler:
         profiler.disable()
     wall = (time.perf_counter() - started) * 1000
+    cpu = (time.process_time() - cpu) * 1000
     for r in results:
         phases = ", ".join(f"{k} {v:,.0f}" for k, v in r.times_ms.items())
         print(f"{'/'.join(map(str, r.key))}: {r.records:,} records; ms: {phases}; "
               f"rows {r.counts}")
-    print(f"share of {len(work.plans)} files: {wall:,.0f} ms")
+    print(f"share of {len(work.plans)} files: {wall:,.0f} ms, CPU {cpu:,.0f} ms (all threads)")
     if profiler:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
 

@@ -24,7 +24,7 @@ def _batches(settings: Settings) -> list[Batch]:
     inserts = Batch(settings).tx(1, 10, [(1, "I", None, ("RED", 1)), (2, "I", None, ("BLUE", 2)),
                                          (3, "I", None, ("GOLD", 3))])
     changes = (Batch(settings).tx(2, 12, [(1, "U", ("RED", 1), ("PINK", 11))])
-               .tx(3, 13, [(2, "D", ("BLUE", 2), None)]))
+               .tx(3, 13, [(2, "D", ("BLUE", 2), None), (5, "I", None, ("LIME", 5))]))
     refresh = Batch(settings).tx(4, 25, [(4, "I", None, ("NEW", 4))])
     refresh.tables["status_events"] = [
         _status("AUTI", REFRESH_SEC, detail=make_element("URBSU", urbsutyp=0x48))]
@@ -86,13 +86,15 @@ def test_the_feed_since_the_first_batch_shows_update_delete_and_refresh(fed) -> 
     by_batch = {
         "changes": _changes([r for r in feed if r[0] <= versions[1]]),
         "refresh": sorted(_changes([r for r in feed if r[0] > versions[1]]))}
+    # an update, a delete and an insert in one batch (the direct writer: a MERGE and an
+    # append, one feed)
     assert sorted(by_batch["changes"]) == [(1, "update_postimage", "PINK"),
                                            (1, "update_preimage", "RED"),
-                                           (2, "delete", "BLUE")]
-    # the refresh truncates what was committed before its cutoff (ISN 1 and 3); ISN 4,
+                                           (2, "delete", "BLUE"), (5, "insert", "LIME")]
+    # the refresh truncates what was committed before its cutoff (ISN 1, 3 and 5); ISN 4,
     # committed after it, lands
     assert by_batch["refresh"] == [(1, "delete", "PINK"), (3, "delete", "GOLD"),
-                                   (4, "insert", "NEW")]
+                                   (4, "insert", "NEW"), (5, "delete", "LIME")]
 
 
 def test_the_feed_from_the_start_holds_the_inserts_and_nothing_of_the_replay(fed) -> None:

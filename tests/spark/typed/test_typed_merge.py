@@ -283,6 +283,15 @@ def _crash_after_current(spark, settings: Settings, batch: Batch, batch_id: int,
         write_typed_tables(spark, batch.frame(spark), batch_id, settings, APP)
         return
     import pipeline.spark.typed.file_writer as file_writer
+
+    monkeypatch.setattr(file_writer, "_rewrite_tombstones", _crash)
+    _land_in_process(settings, batch, batch_id)
+
+
+def _land_in_process(settings: Settings, batch: Batch, batch_id: int) -> None:
+    """The direct writer's task for every file, run in this process (monkeypatches reach
+    it; the Spark job's Python workers are other processes)."""
+    import pipeline.spark.typed.file_writer as file_writer
     from pipeline.spark.typed.direct import file_plan, raw_inputs
     from pipeline.spark.typed.tables import decode_spec
 
@@ -290,7 +299,6 @@ def _crash_after_current(spark, settings: Settings, batch: Batch, batch_id: int,
                   for lay in settings.layouts)
     inputs = {t: tuple(path for path, _ in found)
               for t, found in raw_inputs(settings, batch.files(settings, batch_id)).items()}
-    monkeypatch.setattr(file_writer, "_rewrite_tombstones", _crash)
     list(file_writer.land_work(file_writer.TypedWork(plans, inputs, batch_id, APP)))
 
 
@@ -320,6 +328,41 @@ def test_a_crash_between_the_merges_is_repaired_by_the_replay(
                                   second.changes, VALUES)
     assert _tables(spark, settings) == _model(state, history)
     assert set(tombstones(state, "remove")) == {1}
+
+
+def test_a_crash_between_the_current_merge_and_its_inserts_is_repaired_by_the_replay(
+        spark, test_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The direct writer lands a batch's updates and deletes of the current table by a MERGE
+    and its inserts by an append, the batch's txn on the append: the job dying between the
+    two, the replay must add the inserts and nothing twice."""
+    import pipeline.spark.typed.file_writer as file_writer
+
+    settings = _settings(test_settings, tmp_path / "lake")
+    ensure_tables(spark, settings)
+    first = Batch(settings).tx(1, 10, [(1, "I", None, ("RED", 1)), (2, "I", None, ("BLUE", 2))])
+    second = Batch(settings).tx(2, 20, [(1, "D", ("RED", 1), None),
+                                        (2, "U", ("BLUE", 2), ("PINK", 3)),
+                                        (5, "I", None, ("LIME", 5))])
+    land(spark, first, 0, settings, APP, "direct")
+    append = file_writer._append
+
+    def crash_on_current(table, *args, **kwargs):
+        if "current_" in table.table_uri:
+            _crash()
+        append(table, *args, **kwargs)
+
+    with monkeypatch.context() as patched, pytest.raises(RuntimeError):
+        patched.setattr(file_writer, "_append", crash_on_current)
+        _land_in_process(settings, second, 1)
+    current = _tables(spark, settings)["current"]
+    assert 1 not in current and current[2][0] == "PINK", "the MERGE did commit"
+    assert 5 not in current, "the inserts did not"
+    land(spark, second, 1, settings, APP, "direct")
+    state = apply_batch(apply_batch({}, first.changes, VALUES, "remove"), second.changes,
+                        VALUES, "remove")
+    history = apply_history_batch(apply_history_batch({}, first.changes, VALUES),
+                                  second.changes, VALUES)
+    assert _tables(spark, settings) == _model(state, history)
 
 
 @pytest.mark.parametrize(("writer", "repair"), [("direct", False), ("spark", False),
