@@ -77,6 +77,9 @@ log = logging.getLogger("urbpipe.typed")
 #: The change key columns of a ``changes_`` row (``tables.CHANGE_KEYS_DDL``), before values.
 CHANGE_KEYS = ("subscription", "destination", "epoch", "tsnr", "rsnr", "dsnr", "isn",
                "record_type", "image_type", "commit_time", "origin")
+#: Inserts beside updates or deletes from which a current table's inserts go by an append of
+#: their own rather than in the MERGE (``_write_current``).
+SPLIT_INSERTS = 5_000
 #: Table features the writer leaves to Spark (delta-rs 1.6 writes neither).
 SPARK_ONLY_FEATURES = frozenset({"typeWidening", "typeWidening-preview", "deletionVectors",
                                  "columnMapping"})
@@ -460,10 +463,12 @@ def _merge_current(plan: FilePlan, tables: dict[str, Any], changes: pa.Table,
 
 def _write_current(table: Any, source: pa.Table, ops: np.ndarray, app_id: str,
                    batch_id: int) -> None:
-    """The ops decided (``frames.current_ops``) into the current table: updates and deletes
-    by a MERGE, inserts by an append. An append reads nothing of the table; a MERGE joins
-    the whole table whatever its source, so its source is kept to the rows that need one
-    (a batch of EMPLOYEE: 209 updates and 25,856 inserts, 636 ms as one MERGE, 385 split).
+    """The ops decided (``frames.current_ops``) into the current table. Many inserts beside
+    updates or deletes are split off into an append: an append reads nothing of the table,
+    and a MERGE joins the whole table whatever its source (a batch of EMPLOYEE: 209 updates
+    and 25,856 inserts, 636 ms as one MERGE, 385 split). Fewer than ``SPLIT_INSERTS`` stay in
+    the one MERGE: a second commit costs more than they do (50 files at 2,000 msgs/batch,
+    a few hundred rows each: the split made the typed step ~1 s longer).
     The batch's ``txn`` goes on the last commit only: a replay after a crash between the two
     decides the ops again against the table the first left, where what it wrote is no
     longer newer (``current_ops``: no op), so only the rest is written. The change feed
@@ -471,18 +476,19 @@ def _write_current(table: Any, source: pa.Table, ops: np.ndarray, app_id: str,
     import pyarrow as pa
 
     schema = _schema(table)
-    inserts = pa.array(ops == "insert", pa.bool_())
-    others = pa.array([op is not None and op != "insert" for op in ops], pa.bool_())
     rows = source.cast(schema)
-    has_inserts = bool(np.count_nonzero(inserts.to_numpy(zero_copy_only=False)))
-    changed = rows.filter(others)
+    inserts = ops == "insert"
+    others = np.array([op is not None and op != "insert" for op in ops], dtype=bool)
+    n_inserts = int(np.count_nonzero(inserts))
+    split = n_inserts > 0 and (n_inserts >= SPLIT_INSERTS or not others.any())
+    merged = others if split else others | inserts
+    changed = rows.filter(pa.array(merged))
     if changed.num_rows:
-        changed = changed.append_column(
-            "_op", pa.array(ops[others.to_numpy(zero_copy_only=False)], pa.string()))
-        _merge(table, changed, "t.isn = s.isn", app_id, batch_id, last=not has_inserts,
-               delete="s._op = 'delete'", update="s._op = 'update'")
-    if has_inserts:
-        _append(table, rows.filter(inserts), app_id, batch_id)
+        changed = changed.append_column("_op", pa.array(ops[merged], pa.string()))
+        _merge(table, changed, "t.isn = s.isn", app_id, batch_id, last=not split,
+               delete="s._op = 'delete'", update="s._op = 'update'", insert="s._op = 'insert'")
+    if split:
+        _append(table, rows.filter(pa.array(inserts)), app_id, batch_id)
 
 
 def _rewrite_tombstones(plan: FilePlan, table: Any, old: pa.Table, source: pa.Table,

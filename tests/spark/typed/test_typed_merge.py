@@ -333,8 +333,9 @@ def test_a_crash_between_the_merges_is_repaired_by_the_replay(
 def test_a_crash_between_the_current_merge_and_its_inserts_is_repaired_by_the_replay(
         spark, test_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The direct writer lands a batch's updates and deletes of the current table by a MERGE
-    and its inserts by an append, the batch's txn on the append: the job dying between the
-    two, the replay must add the inserts and nothing twice."""
+    and its many inserts (``SPLIT_INSERTS``, one here) by an append, the batch's txn on the
+    append: the job dying between the two, the replay must add the inserts and nothing
+    twice."""
     import pipeline.spark.typed.file_writer as file_writer
 
     settings = _settings(test_settings, tmp_path / "lake")
@@ -353,6 +354,7 @@ def test_a_crash_between_the_current_merge_and_its_inserts_is_repaired_by_the_re
 
     with monkeypatch.context() as patched, pytest.raises(RuntimeError):
         patched.setattr(file_writer, "_append", crash_on_current)
+        patched.setattr(file_writer, "SPLIT_INSERTS", 1)
         _land_in_process(settings, second, 1)
     current = _tables(spark, settings)["current"]
     assert 1 not in current and current[2][0] == "PINK", "the MERGE did commit"
