@@ -478,7 +478,7 @@ def _write_current(table: Any, source: pa.Table, ops: np.ndarray, app_id: str,
     schema = _schema(table)
     rows = source.cast(schema)
     inserts = ops == "insert"
-    others = np.array([op is not None and op != "insert" for op in ops], dtype=bool)
+    others = (ops == "update") | (ops == "delete")
     n_inserts = int(np.count_nonzero(inserts))
     split = n_inserts > 0 and (n_inserts >= SPLIT_INSERTS or not others.any())
     merged = others if split else others | inserts
