@@ -120,6 +120,13 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
         Panel("Stale files", "short", (
             _q("urbpipe_file_stale", "{{dbid}}/{{fnr}}"),),
             "1: the file's typed tables are stale (`urbpipe files`)."),
+        Panel("Typed landing per file", "s", (
+            _q("urbpipe_typed_file_seconds", "{{subscription}}/{{dbid}}/{{fnr}}"),),
+            "A file's typed tables in the newest batch with its records."),
+        Panel("Typed rows copied per file", "short", (
+            _q("urbpipe_typed_rows_copied", "{{subscription}}/{{dbid}}/{{fnr}}"),),
+            "Unchanged rows rewritten by copy-on-write: grows with the tables "
+            "(alert UrbpipeTypedCopyHigh)."),
         Panel("Data files per table", "short", (
             _q("urbpipe_table_files", "{{table}}"),), "Small files slow every reader."),
         Panel("Delta log commits per table", "short", (

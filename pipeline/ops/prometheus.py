@@ -119,6 +119,13 @@ CATALOG: tuple[Metric, ...] = (
        "reassembly, gfft, payload)"),
     _m("files", "urbpipe_file_stale", "gauge", ("dbid", "fnr"),
        "1 while the file's typed tables are stale (file_status: a load, a lost utility …)"),
+    _m("files", "urbpipe_typed_file_seconds", "gauge", RECONCILE_FILE,
+       "the file's typed landing in the newest batch that had its records (wall time in its "
+       "task; direct typed writer)"),
+    _m("files", "urbpipe_typed_rows_copied", "gauge", RECONCILE_FILE,
+       "unchanged rows the file's current and history commits copied into new files in the "
+       "newest batch that had its records (copy-on-write: grows with the tables, not the "
+       "batch)"),
     _m("state", "urbpipe_batch_state_rows", "gauge", (), "rows in the state store"),
     _m("state", "urbpipe_batch_state_memory_bytes", "gauge", (), "state store memory"),
     _m("state", "urbpipe_batch_open_gaps", "gauge", (), "open gaps over all keys"),
@@ -279,10 +286,15 @@ def _observe_key(view: JobView, row: Mapping[str, Any]) -> None:
         view.series.setdefault("urbpipe_file_stale", {}).setdefault((dbid, fnr), 0.0)
 
 
+#: A file's typed cost counts (``stage.file_cost``: ``<prefix>:<subscription>/<dbid>/<fnr>``).
+_TYPED_COST = {"typed_ms": "urbpipe_typed_file_seconds",
+               "typed_copied": "urbpipe_typed_rows_copied"}
+
+
 def _observe_counts(view: JobView, counts: Mapping[str, Any]) -> None:
     """The batch writer's counts: the typed step's quarantined values
     (``quarantine_<changes table>``), files and log commits per table, maintenance, file
-    staleness (``file_stale:<dbid>/<fnr>``)."""
+    staleness (``file_stale:<dbid>/<fnr>``), each file's typed cost (``_TYPED_COST``)."""
     for name, value in counts.items():
         prefix, _, rest = name.partition(":")
         if name.startswith("quarantine_"):
@@ -294,6 +306,9 @@ def _observe_counts(view: JobView, counts: Mapping[str, Any]) -> None:
         elif prefix == "file_stale":
             dbid, _, fnr = rest.partition("/")
             view.set("urbpipe_file_stale", (dbid, fnr), value)
+        elif prefix in _TYPED_COST:
+            view.set(_TYPED_COST[prefix], tuple(rest.split("/")),
+                     value / 1000 if prefix == "typed_ms" else value)
     s = view.scalars
     if "maint_last_round_at" in counts:
         s["urbpipe_maintenance_last_round_timestamp_seconds"] = counts["maint_last_round_at"]

@@ -122,6 +122,12 @@ class FileResult:
     #: run together, ``_land_file``): the driver reports their sums as
     #: ``counts.t_typed_task_<phase>_ms``, to see where a batch went
     times_ms: dict[str, float] = field(default_factory=dict)
+    #: the file's own wall time in the task, and the unchanged rows its current and history
+    #: commits copied into new files (copy-on-write: the cost that grows with the tables,
+    #: not the batch); the driver reports both per file (``urbpipe_typed_file_seconds``,
+    #: ``urbpipe_typed_rows_copied``)
+    wall_ms: float = 0.0
+    rows_copied: int = 0
 
 
 def land_work(work: TypedWork) -> Iterator[FileResult]:
@@ -137,7 +143,9 @@ def land_work(work: TypedWork) -> Iterator[FileResult]:
         if tables is None:
             yield FileResult(batch.key, spark=True, records=batch.records.num_rows)
             continue
+        started = time.perf_counter()
         result = _land_file(plan, tables, batch, work, clock)
+        result.wall_ms = (time.perf_counter() - started) * 1000
         result.times_ms = clock.take()
         yield result
 
@@ -243,7 +251,7 @@ def _land_file(plan: FilePlan, tables: dict[str, Any], batch: FileBatch,
     result.counts[name] = good.num_rows
     result.counts[f"quarantine_{name}"] = len(bad_rows)
     result.quarantine = _quarantine(batch.images, bad_rows, errors, plan, work.batch_id)
-    steps: dict[str, Callable[[], None]] = {
+    steps: dict[str, Callable[[], int]] = {
         "changes": lambda: _append_changes(plan, tables["changes"], good, values,
                                            changes_schema, work)}
     if values:  # a file with no layout yet has no value columns to MERGE
@@ -255,30 +263,35 @@ def _land_file(plan: FilePlan, tables: dict[str, Any], batch: FileBatch,
     with ThreadPoolExecutor(len(steps), thread_name_prefix="typed") as pool:
         timed = {phase: pool.submit(_timed, step) for phase, step in steps.items()}
         for phase, future in timed.items():
-            clock.add(phase, future.result())
+            ms, copied = future.result()
+            clock.add(phase, ms)
+            result.rows_copied += copied
     clock.skip()
     return result
 
 
-def _timed(step: Callable[[], None]) -> float:
+def _timed(step: Callable[[], int]) -> tuple[float, int]:
+    """A step's milliseconds and the rows it copied."""
     started = time.perf_counter()
-    step()
-    return (time.perf_counter() - started) * 1000
+    copied = step()
+    return (time.perf_counter() - started) * 1000, copied
 
 
 def _append_changes(plan: FilePlan, table: Any, good: pa.Table, values: list[str],
-                    schema: pa.Schema, work: TypedWork) -> None:
-    """The decoded images into ``changes_…`` (key columns, batch id, values)."""
+                    schema: pa.Schema, work: TypedWork) -> int:
+    """The decoded images into ``changes_…`` (key columns, batch id, values); an append
+    copies nothing (0)."""
     import pyarrow as pa
 
     if not good.num_rows:
-        return
+        return 0
     rows = good.select(list(CHANGE_KEYS)).append_column(
         "batch_id", pa.array(np.full(good.num_rows, work.batch_id, np.int64)))
     for v in values:
         rows = rows.append_column(v, good.column(v))
     _append(table, rows.select(schema.names).cast(schema), _app(work, "changes", plan),
             work.batch_id)
+    return 0
 
 
 def _repairing(records: pa.Table, images: pa.Table, repair: bool
@@ -442,8 +455,9 @@ def _read_keys(table: Any, isns: pa.Array | pa.ChunkedArray) -> pa.Table:
 
 
 def _merge_current(plan: FilePlan, tables: dict[str, Any], changes: pa.Table,
-                   work: TypedWork) -> None:
-    """The current table and, with ``deletes: remove``, its tombstones (points 2 and 3)."""
+                   work: TypedWork) -> int:
+    """The current table and, with ``deletes: remove``, its tombstones (points 2 and 3);
+    the current table's rows the MERGE copied."""
     source = merge_source(since_cutoff(changes, plan.cutoffs_us))
     current = tables["current"]
     cur = _read_keys(current, source.column("isn"))
@@ -454,15 +468,17 @@ def _merge_current(plan: FilePlan, tables: dict[str, Any], changes: pa.Table,
     source = with_flags(source, work.batch_id)
     ops = current_ops(source, cur, plan.deletes)
     app = _app(work, "current", plan)
+    copied = 0
     if not _landed(current, app, work.batch_id):
-        _write_current(current, source.select(_schema(current).names), ops, app,
-                       work.batch_id)
+        copied = _write_current(current, source.select(_schema(current).names), ops, app,
+                                work.batch_id)
     if tomb_table is not None and tombs is not None:
         _rewrite_tombstones(plan, tomb_table, tombs, source, changes, work)
+    return copied
 
 
 def _write_current(table: Any, source: pa.Table, ops: np.ndarray, app_id: str,
-                   batch_id: int) -> None:
+                   batch_id: int) -> int:
     """The ops decided (``frames.current_ops``) into the current table. Many inserts beside
     updates or deletes are split off into an append: an append reads nothing of the table,
     and a MERGE joins the whole table whatever its source (a batch of EMPLOYEE: 209 updates
@@ -472,7 +488,8 @@ def _write_current(table: Any, source: pa.Table, ops: np.ndarray, app_id: str,
     The batch's ``txn`` goes on the last commit only: a replay after a crash between the two
     decides the ops again against the table the first left, where what it wrote is no
     longer newer (``current_ops``: no op), so only the rest is written. The change feed
-    stays exact: the MERGE writes its own, and an append's rows are its inserts."""
+    stays exact: the MERGE writes its own, and an append's rows are its inserts.
+    Returns the rows the MERGE copied unchanged (delta-rs's ``num_target_rows_copied``)."""
     import pyarrow as pa
 
     schema = _schema(table)
@@ -483,12 +500,15 @@ def _write_current(table: Any, source: pa.Table, ops: np.ndarray, app_id: str,
     split = n_inserts > 0 and (n_inserts >= SPLIT_INSERTS or not others.any())
     merged = others if split else others | inserts
     changed = rows.filter(pa.array(merged))
+    copied = 0
     if changed.num_rows:
         changed = changed.append_column("_op", pa.array(ops[merged], pa.string()))
-        _merge(table, changed, "t.isn = s.isn", app_id, batch_id, last=not split,
-               delete="s._op = 'delete'", update="s._op = 'update'", insert="s._op = 'insert'")
+        copied = _merge(table, changed, "t.isn = s.isn", app_id, batch_id, last=not split,
+                        delete="s._op = 'delete'", update="s._op = 'update'",
+                        insert="s._op = 'insert'")
     if split:
         _append(table, rows.filter(pa.array(inserts)), app_id, batch_id)
+    return copied
 
 
 def _rewrite_tombstones(plan: FilePlan, table: Any, old: pa.Table, source: pa.Table,
@@ -512,21 +532,21 @@ def _rewrite_tombstones(plan: FilePlan, table: Any, old: pa.Table, source: pa.Ta
                         commit_properties=_commit(app, work.batch_id))
 
 
-def _merge_history(plan: FilePlan, table: Any, changes: pa.Table, work: TypedWork) -> None:
+def _merge_history(plan: FilePlan, table: Any, changes: pa.Table, work: TypedWork) -> int:
     """Point 4: the versions of the touched ISNs that are new or whose interval changed
-    (``history_files``: only the files holding them are rewritten)."""
+    (``history_files``: only the files holding them are rewritten); the rows it copied."""
     app = _app(work, "history", plan)
     if not changes.num_rows or _landed(table, app, work.batch_id):
-        return
-    land_history(table, with_flags(changes, work.batch_id), plan.cutoffs_us, app,
-                 work.batch_id, _commit(app, work.batch_id))
+        return 0
+    return land_history(table, with_flags(changes, work.batch_id), plan.cutoffs_us, app,
+                        work.batch_id, _commit(app, work.batch_id)).copied
 
 
 def _merge(table: Any, source: pa.Table, on: str, app_id: str, batch_id: int, *,
            last: bool = True, update: str | None = None, insert: str | None = None,
-           delete: str | None = None) -> None:
+           delete: str | None = None) -> int:
     """A delta-rs MERGE writing every target column from the source (``_op`` aside); with
-    ``last`` its commit carries the batch's ``txn``."""
+    ``last`` its commit carries the batch's ``txn``. Returns the target rows it copied."""
     names = list(_schema(table).names)
     assign = {f'"{n}"': f's."{n}"' for n in names}
     commit = _commit(app_id, batch_id) if last else None
@@ -539,4 +559,4 @@ def _merge(table: Any, source: pa.Table, on: str, app_id: str, batch_id: int, *,
         merge = merge.when_matched_update(assign, update)
     if insert is not None:
         merge = merge.when_not_matched_insert(assign, insert)
-    merge.execute()
+    return int(merge.execute().get("num_target_rows_copied") or 0)

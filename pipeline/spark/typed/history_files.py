@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,10 +47,19 @@ STRING_PREFIX = 32
 _MS = 1000
 
 
+@dataclass(frozen=True)
+class Landed:
+    """What a batch's history commit wrote: its new or changed versions, and the rows of
+    the files it replaced that it copied unchanged into the new ones."""
+
+    written: int
+    copied: int
+
+
 def land_history(table: Any, new: pa.Table, cutoffs_us: tuple[int, ...], app_id: str,
-                 batch_id: int, commit: Any) -> int:
+                 batch_id: int, commit: Any) -> Landed:
     """The batch's versions (``frames.with_flags`` columns) into the history ``table``
-    (delta-rs); rows written (0: nothing changed, no commit)."""
+    (delta-rs); nothing changed: no commit."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -61,7 +71,7 @@ def land_history(table: Any, new: pa.Table, cutoffs_us: tuple[int, ...], app_id:
     files, held, mine = _held(root, _candidates(table, isns, earliest), schema, isns, earliest)
     written = history_rows(held.take(pa.array(mine)), new, cutoffs_us).select(schema.names)
     if not written.num_rows:
-        return 0
+        return Landed(0, 0)
     replaced = mine[_in_keys(held.take(pa.array(mine)), written)]
     keep = np.ones(held.num_rows, bool)
     keep[replaced] = False
@@ -73,7 +83,7 @@ def land_history(table: Any, new: pa.Table, cutoffs_us: tuple[int, ...], app_id:
     actions: list[Any] = [RemoveAction(path, True, now, sizes.get(path)) for path in files]
     actions += _write(root, rows)
     table.create_write_transaction(actions, "append", schema, commit_properties=commit)
-    return written.num_rows
+    return Landed(written.num_rows, int(np.count_nonzero(keep)))
 
 
 def _held(root: str, candidates: list[str], schema: pa.Schema, isns: np.ndarray,

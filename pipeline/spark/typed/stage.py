@@ -106,6 +106,8 @@ from pipeline.typed.widening import widen_steps
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from pipeline.spark.typed.file_writer import FileResult
+
 log = logging.getLogger("urbpipe.typed")
 _DAY_US = 86_400_000_000
 
@@ -245,6 +247,7 @@ def _write_direct(spark: SparkSession, batch: DataFrame, batch_id: int, settings
                 counts[key] = counts.get(key, 0) + round(ms)
             if result.spark:
                 continue
+            counts.update(file_cost(result))
             counts.update(result.counts)
             counts[current_table(lay)] = result.records
             append_quarantine(spark, settings, result.quarantine, changes_table(lay), app_id,
@@ -259,6 +262,15 @@ def _write_direct(spark: SparkSession, batch: DataFrame, batch_id: int, settings
     if counts:
         log.info("typed batch %s: %s", batch_id, counts)
     return counts
+
+
+def file_cost(result: FileResult) -> dict[str, int]:
+    """A file's typed cost in the batch, as counts: its wall time in the task
+    (``typed_ms:<subscription>/<dbid>/<fnr>``) and the unchanged rows its current and
+    history commits copied (``typed_copied:…``), which grow with its tables, not the batch."""
+    label = "/".join(str(part) for part in result.key)
+    return {f"typed_ms:{label}": round(result.wall_ms),
+            f"typed_copied:{label}": result.rows_copied}
 
 
 def _spark_fallback(spark: SparkSession, settings: Settings, layouts: Sequence[Layout],

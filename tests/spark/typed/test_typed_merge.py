@@ -258,6 +258,23 @@ def test_replays_are_idempotent(spark, landed, request) -> None:
             assert c["t_typed_job_ms"] > 0
 
 
+
+def test_the_direct_writer_reports_each_files_cost(landed, request) -> None:
+    """Per file and batch: its wall time, and the rows its commits copied unchanged (none
+    into empty tables; some once a batch changes ISNs of a file that holds others). The
+    Spark path has no such figures, and reports none."""
+    counts = landed[2]
+    if request.node.callspec.params["landed"] != "direct":
+        assert not [k for c in counts for k in c if k.startswith("typed_")]
+        return
+    for c in counts:
+        assert [k for k in c if k.startswith("typed_ms:")] == ["typed_ms:COLOR/10006/4"]
+        assert c["typed_ms:COLOR/10006/4"] > 0
+    copied = [c["typed_copied:COLOR/10006/4"] for c in counts]
+    assert copied[0] == 0, "batch 0 landed into empty tables"
+    assert max(copied[1:]) > 0, copied
+
+
 def test_bad_image_is_quarantined_and_initial_state_rows_keep_their_isn(spark, landed) -> None:
     settings = landed[0]
     q = _read(spark, settings, "quarantine")

@@ -49,7 +49,8 @@ def full_record(now: float) -> dict[str, Any]:
         "counts": {"t_state_ms": 900, "t_delta_ms": 400, "files:records": 12,
                    "log:records": 30, "file_stale:10006/11": 1, "maint_skipped": 1,
                    "maint_round_ms": 2000, "maint_last_round_at": int(now),
-                   "quarantine_changes_color_4": 2},
+                   "quarantine_changes_color_4": 2, "typed_ms:COLOR/10006/4": 1250,
+                   "typed_copied:COLOR/10006/4": 35000},
         "latency_s": {"commit_to_landed": {"p50": 1.0, "p99": 2.0, "count": 3.0}},
         "input_lag": {"urb.out1": 7},
         "keys": [{"destination": "OUT1", "subscription": "COLOR", "transactions": 3,
@@ -103,6 +104,8 @@ def test_freshness_and_ages_are_computed_when_scraped(settings: Settings) -> Non
     assert later["urbpipe_file_stale"] == {("10006", "11"): 1.0, ("10006", "4"): 0.0}
     assert later["urbpipe_quarantine_rows_total"][("payload",)] == 2
     assert later["urbpipe_maintenance_interval_seconds"][()] == 600
+    assert later["urbpipe_typed_file_seconds"] == {("COLOR", "10006", "4"): 1.25}
+    assert later["urbpipe_typed_rows_copied"] == {("COLOR", "10006", "4"): 35000}
 
 
 def test_every_configured_key_has_its_series_from_the_start(settings: Settings) -> None:

@@ -40,10 +40,11 @@ def test_the_ops_land_with_the_txn_on_the_last_commit(
     monkeypatch.setattr(file_writer, "SPLIT_INSERTS", split_inserts)
     table = _table(str(tmp_path))
     source, ops = _batch()
-    file_writer._write_current(table, source, ops, APP, 7)
+    copied = file_writer._write_current(table, source, ops, APP, 7)
     table.update_incremental()
 
     assert table.version() == commits, "two inserts split off, or one MERGE"
+    assert copied == 1, "the MERGE rewrote the one file: ISN 3 copied unchanged"
     assert dict(zip(*table.to_pyarrow_table().sort_by("isn").to_pydict().values(),
                     strict=True)) == {2: "PINK", 3: "GOLD", 5: "LIME", 6: "TEAL"}
     for version in range(1, commits + 1):
@@ -60,7 +61,7 @@ def test_inserts_alone_are_one_append(tmp_path, monkeypatch: pytest.MonkeyPatch)
     table = _table(str(tmp_path))
     source, ops = _batch()
     ops = np.array([None, None, None, "insert", "insert"], dtype=object)
-    file_writer._write_current(table, source, ops, APP, 3)
+    assert file_writer._write_current(table, source, ops, APP, 3) == 0, "nothing copied"
     table.update_incremental()
 
     assert table.version() == 1 and table.transaction_version(APP) == 3

@@ -12,7 +12,7 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import CommitProperties, Transaction
 from hypothesis import given, settings
 
-from pipeline.spark.typed.history_files import land_history, stats
+from pipeline.spark.typed.history_files import Landed, land_history, stats
 from pipeline.typed import apply_history_batch
 from pipeline.typed.frames import with_flags
 from tests.unit.typed.test_frames import HISTORY, SHOWN, _changes, _naive, _schema
@@ -27,7 +27,7 @@ def _table(path: str) -> DeltaTable:
     return DeltaTable(path)
 
 
-def _land(table: DeltaTable, batch: list[dict], batch_id: int) -> int:
+def _land(table: DeltaTable, batch: list[dict], batch_id: int) -> Landed:
     commit = CommitProperties(app_transactions=[Transaction("app-history", batch_id)])
     written = land_history(table, with_flags(_changes(batch), batch_id), (), "app-history",
                            batch_id, commit)
@@ -64,8 +64,10 @@ def test_a_batch_rewrites_only_the_files_it_changes(tmp_path) -> None:
     _land(table, [change(i, "upsert", 2, tsnr=i, color="B") for i in (101, 102, 103)], 1)
     before = set(table.file_uris())
     # a batch touching ISN 2 only: the file holding 101-103 stays as it is
-    _land(table, [change(2, "upsert", 3, tsnr=9, color="C")], 2)
+    landed = _land(table, [change(2, "upsert", 3, tsnr=9, color="C")], 2)
     after = set(table.file_uris())
+    # ISN 2's old version closed and its new one written; ISNs 1 and 3 copied unchanged
+    assert landed == Landed(written=2, copied=2)
     kept = before & after
     assert kept, "the file of ISNs 101-103 is not rewritten"
     rows_kept = pa.concat_tables([pq.read_table(f) for f in kept])
