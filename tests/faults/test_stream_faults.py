@@ -193,7 +193,8 @@ def test_gap_never_answered_becomes_unrecoverable_after_retries_with_critical_al
     alert on the alerts topic. Every other transaction lands exactly once.
 
     The same run is the on-call engineer's view (tests/faults/oncall.py): a real Prometheus
-    scrapes the job's endpoint and evaluates every dashboard panel and rule, and a real
+    scrapes the job's endpoint and evaluates every dashboard panel and rule (the run keeps
+    conf/test.yaml's layouts, so the typed cost per file has data too), and a real
     Alertmanager pages each unrecoverable gap to a webhook until an operator acks it."""
     with OnCall(tmp_path) as oncall:
         _unanswered_gaps(spark, tmp_path, oncall)
@@ -203,7 +204,7 @@ def _unanswered_gaps(spark: Any, tmp_path: Path, oncall: OnCall) -> None:
     retries, initial_ms = 2, 1000
     settings, conf = fault_settings(tmp_path, "unanswered", gaps={
         "retry_initial_ms": initial_ms, "retry_multiplier": 2.0, "max_retries": retries},
-        stream=oncall.stream, sections=oncall.sections)
+        stream=oncall.stream, sections=oncall.sections, layouts=True)
     rep = Replicator(sim_config(settings, 1500), 29,
                      faults=FaultPlan(counts={"drop_transaction": 3}), transactions=60)
     faults = watch(rep)
