@@ -120,12 +120,12 @@ CATALOG: tuple[Metric, ...] = (
     _m("files", "urbpipe_file_stale", "gauge", ("dbid", "fnr"),
        "1 while the file's typed tables are stale (file_status: a load, a lost utility …)"),
     _m("files", "urbpipe_typed_file_seconds", "gauge", RECONCILE_FILE,
-       "the file's typed landing in the newest batch that had its records (wall time in its "
-       "task; direct typed writer)"),
+       "the file's typed landing in the newest batch that had its records (wall time: in its "
+       "task with the direct typed writer, on the driver the Spark way)"),
     _m("files", "urbpipe_typed_rows_copied", "gauge", RECONCILE_FILE,
        "unchanged rows the file's current and history commits copied into new files in the "
        "newest batch that had its records (copy-on-write: grows with the tables, not the "
-       "batch)"),
+       "batch; the Spark way, the MERGEs' numTargetRowsCopied)"),
     _m("state", "urbpipe_batch_state_rows", "gauge", (), "rows in the state store"),
     _m("state", "urbpipe_batch_state_memory_bytes", "gauge", (), "state store memory"),
     _m("state", "urbpipe_batch_open_gaps", "gauge", (), "open gaps over all keys"),

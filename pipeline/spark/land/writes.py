@@ -80,3 +80,25 @@ def delta_txn(spark: SparkSession, app_id: str, version: int) -> Iterator[None]:
     finally:
         spark.conf.unset(TXN_APP)
         spark.conf.unset(TXN_VERSION)
+
+
+def merge_once(spark: SparkSession, merge: Any, path: str, app_id: str, batch_id: int) -> int:
+    """A delta-spark MERGE builder executed once for the batch (``delta_txn``); the unchanged
+    target rows it copied: ``numTargetRowsCopied`` of the commit it made, 0 when Delta skipped
+    it as landed (no new version: a table has one writer). Why read it back: copy-on-write
+    grows with the table, not the batch, and is what an operator watches
+    (``urbpipe_typed_rows_copied``); ``execute()`` returns only the rows it changed."""
+    from delta.tables import DeltaTable
+
+    def newest() -> Any:
+        return (DeltaTable.forPath(spark, path).history(1)
+                .selectExpr("version", "operationMetrics['numTargetRowsCopied'] AS copied")
+                .first())
+
+    before = newest()
+    with delta_txn(spark, app_id, batch_id):
+        merge.execute()
+    after = newest()
+    if after is None or (before is not None and after["version"] == before["version"]):
+        return 0
+    return int(after["copied"] or 0)

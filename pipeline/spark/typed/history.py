@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipeline.spark.land.writes import delta_txn
+from pipeline.spark.land.writes import merge_once
 from pipeline.spark.typed.tables import META, VERSION
 
 if TYPE_CHECKING:
@@ -62,8 +62,9 @@ def history_source(spark: SparkSession, changes: DataFrame, path: str, values: l
 
 
 def merge_history(spark: SparkSession, source: DataFrame, path: str, values: list[str],
-                  app_id: str, batch_id: int) -> None:
-    """Insert new versions; update rows whose interval or winning copy changed."""
+                  app_id: str, batch_id: int) -> int:
+    """Insert new versions; update rows whose interval or winning copy changed. Returns the
+    rows it copied unchanged (``merge_once``)."""
     from delta.tables import DeltaTable
 
     same_version = " AND ".join(["t.isn = s.isn", *[f"t.{c} <=> s.{c}" for c in VERSION]])
@@ -73,5 +74,4 @@ def merge_history(spark: SparkSession, source: DataFrame, path: str, values: lis
     merge = (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), same_version)
              .whenMatchedUpdate(changed, set=row)
              .whenNotMatchedInsert(values=row))
-    with delta_txn(spark, app_id, batch_id):
-        merge.execute()
+    return merge_once(spark, merge, path, app_id, batch_id)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from pipeline.config import Settings
 from pipeline.spark.land.tables import small_table
-from pipeline.spark.land.writes import delta_txn
+from pipeline.spark.land.writes import delta_txn, merge_once
 from pipeline.spark.typed.tables import META, ORDER
 
 if TYPE_CHECKING:
@@ -93,8 +93,9 @@ def since_cutoff(changes: DataFrame, cutoffs_us: tuple[int, ...]) -> DataFrame:
 
 
 def merge_current(spark: SparkSession, source: DataFrame, path: str, values: list[str],
-                  deletes: str, app_id: str, batch_id: int) -> None:
-    """The version-guarded MERGE (``pipeline.typed.versioning`` is its reference model)."""
+                  deletes: str, app_id: str, batch_id: int) -> int:
+    """The version-guarded MERGE (``pipeline.typed.versioning`` is its reference model);
+    the rows it copied unchanged (``merge_once``)."""
     from delta.tables import DeltaTable
 
     row = {**{c: f"s.{c}" for c in META}, **{c: f"s.`{c}`" for c in values},
@@ -107,8 +108,7 @@ def merge_current(spark: SparkSession, source: DataFrame, path: str, values: lis
     merge = (merge.whenMatchedUpdate(newer, set=row)
              .whenNotMatchedInsert(None if deletes == "mark" else "s.action != 'delete'",
                                    values={"isn": "s.isn", **row}))
-    with delta_txn(spark, app_id, batch_id):
-        merge.execute()
+    return merge_once(spark, merge, path, app_id, batch_id)
 
 
 def merge_tombstones(spark: SparkSession, source: DataFrame, path: str, app_id: str,

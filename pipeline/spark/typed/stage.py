@@ -106,7 +106,6 @@ from pipeline.typed.widening import widen_steps
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from pipeline.spark.typed.file_writer import FileResult
 
 log = logging.getLogger("urbpipe.typed")
 _DAY_US = 86_400_000_000
@@ -205,9 +204,12 @@ def _spark_files(spark: SparkSession, settings: Settings, layouts: Sequence[Layo
             continue
         horizon = (None if newest[key] is None or lay.tombstone_retention_days is None
                    else newest[key] - int(lay.tombstone_retention_days * _DAY_US))
-        counts.update(_write_file(spark, lay, settings, specs[lay.table_suffix()], recs, imgs,
-                                  batch_id, app_id, horizon,
-                                  cutoffs.get((lay.dbid, lay.fnr), ())))
+        started = time.perf_counter()
+        written, copied = _write_file(spark, lay, settings, specs[lay.table_suffix()], recs,
+                                      imgs, batch_id, app_id, horizon,
+                                      cutoffs.get((lay.dbid, lay.fnr), ()))
+        counts.update(written)
+        counts.update(file_cost(key, (time.perf_counter() - started) * 1000, copied))
         counts[current_table(lay)] = records[key]
     return counts
 
@@ -247,7 +249,7 @@ def _write_direct(spark: SparkSession, batch: DataFrame, batch_id: int, settings
                 counts[key] = counts.get(key, 0) + round(ms)
             if result.spark:
                 continue
-            counts.update(file_cost(result))
+            counts.update(file_cost(result.key, result.wall_ms, result.rows_copied))
             counts.update(result.counts)
             counts[current_table(lay)] = result.records
             append_quarantine(spark, settings, result.quarantine, changes_table(lay), app_id,
@@ -264,13 +266,13 @@ def _write_direct(spark: SparkSession, batch: DataFrame, batch_id: int, settings
     return counts
 
 
-def file_cost(result: FileResult) -> dict[str, int]:
-    """A file's typed cost in the batch, as counts: its wall time in the task
-    (``typed_ms:<subscription>/<dbid>/<fnr>``) and the unchanged rows its current and
-    history commits copied (``typed_copied:…``), which grow with its tables, not the batch."""
-    label = "/".join(str(part) for part in result.key)
-    return {f"typed_ms:{label}": round(result.wall_ms),
-            f"typed_copied:{label}": result.rows_copied}
+def file_cost(key: tuple[str, int, int], wall_ms: float, copied: int) -> dict[str, int]:
+    """A file's typed cost in the batch, as counts: its wall time (in the task, or on the
+    driver the Spark way: ``typed_ms:<subscription>/<dbid>/<fnr>``) and the unchanged rows
+    its current and history commits copied (``typed_copied:…``), which grow with its
+    tables, not the batch."""
+    label = "/".join(str(part) for part in key)
+    return {f"typed_ms:{label}": round(wall_ms), f"typed_copied:{label}": copied}
 
 
 def _spark_fallback(spark: SparkSession, settings: Settings, layouts: Sequence[Layout],
@@ -349,8 +351,9 @@ def _conf_spec(spark: SparkSession, settings: Settings, lay: Layout,
 def _write_file(spark: SparkSession, lay: Layout, settings: Settings,
                 spec: DecodeSpec | VersionedSpec, recs: DataFrame, imgs: DataFrame,
                 batch_id: int, app_id: str, horizon_us: int | None,
-                cutoffs_us: tuple[int, ...]) -> dict[str, int]:
-    """One file's batch: decode and append its images, then MERGE its records.
+                cutoffs_us: tuple[int, ...]) -> tuple[dict[str, int], int]:
+    """One file's batch: decode and append its images, then MERGE its records; its rows
+    per table, and the rows its current and history MERGEs copied unchanged.
 
     Each image is decoded by the layout ``spec`` picks for its commit time; an image no
     layout can decode (none yet, a refused version, bytes that do not fit) is quarantined.
@@ -386,18 +389,20 @@ def _write_file(spark: SparkSession, lay: Layout, settings: Settings,
         file_recs = recs.where(mine)
         if not settings.reconcile.repair:  # answers of urbpipe reconcile: changes_ only
             file_recs = file_recs.where(F.col("origin") != RECONCILE)
+        copied = 0
         if values:  # a file with no layout yet has no value columns to MERGE
-            _merge_file(spark, lay, settings, record_changes(file_recs, good, values), values,
-                        batch_id, app_id, horizon_us, cutoffs_us)
-        return {name: n_changes, f"quarantine_{name}": n_bad}
+            copied = _merge_file(spark, lay, settings, record_changes(file_recs, good, values),
+                                 values, batch_id, app_id, horizon_us, cutoffs_us)
+        return {name: n_changes, f"quarantine_{name}": n_bad}, copied
     finally:
         decoded.unpersist()
 
 
 def _merge_file(spark: SparkSession, lay: Layout, settings: Settings, rows: DataFrame,
                 values: list[str], batch_id: int, app_id: str, horizon_us: int | None,
-                cutoffs_us: tuple[int, ...]) -> None:
-    """The current table (with its tombstones) and the history, each MERGE exactly once.
+                cutoffs_us: tuple[int, ...]) -> int:
+    """The current table (with its tombstones) and the history, each MERGE exactly once;
+    the rows the current and history MERGEs copied unchanged.
 
     Changes older than the file's latest refresh cutoff never reach the current table or the
     tombstones; the history takes them as closed intervals (point 5 of the module doc).
@@ -406,12 +411,14 @@ def _merge_file(spark: SparkSession, lay: Layout, settings: Settings, rows: Data
     source = merge_source(since_cutoff(rows, cutoffs_us))
     if lay.deletes == "remove":
         source = unburied(spark, source, table_path(settings, cur), table_path(settings, tomb))
-    merge_current(spark, source, table_path(settings, cur), values, lay.deletes,
-                  f"{app_id}-{cur}", batch_id)
+    copied = merge_current(spark, source, table_path(settings, cur), values, lay.deletes,
+                           f"{app_id}-{cur}", batch_id)
     if lay.deletes == "remove":
         merge_tombstones(spark, source, table_path(settings, tomb), f"{app_id}-{tomb}",
                          batch_id, horizon_us)
     if lay.history:
         path = table_path(settings, hist)
-        merge_history(spark, history_source(spark, rows, path, values, batch_id, cutoffs_us),
-                      path, values, f"{app_id}-{hist}", batch_id)
+        copied += merge_history(spark, history_source(spark, rows, path, values, batch_id,
+                                                      cutoffs_us),
+                                path, values, f"{app_id}-{hist}", batch_id)
+    return copied
