@@ -106,7 +106,6 @@ from pipeline.typed.widening import widen_steps
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-
 log = logging.getLogger("urbpipe.typed")
 _DAY_US = 86_400_000_000
 
