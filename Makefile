@@ -49,7 +49,7 @@ faults:  ## fault-injection tests: kill -9, broker outage, corruption, restarts,
 lint: setup  ## ruff
 	@.venv/bin/ruff check .
 
-bench: setup  ## codec, state task, decode stage's routing, job start, pipeline vs raw Kafka->Delta at 2,000 and 20,000 msgs/batch (1-8 and 1 records per transaction), one busy key, then the typed tables over 1/2/10/50 files and a current table's MERGE against its size (~70 min; figures go to BENCHMARKS.md by hand)
+bench: setup  ## codec, state task, decode stage's routing, job start, pipeline vs raw Kafka->Delta at 2,000 and 20,000 msgs/batch (1-8 and 1 records per transaction), one busy key, then the typed tables over 1/2/10/50 files and a current table's MERGE against its size (~78 min; figures go to BENCHMARKS.md by hand)
 	@$(PY) benchmarks/bench_codec.py
 	@$(PY) benchmarks/bench_state.py
 	@$(PY) benchmarks/bench_routing.py
@@ -57,7 +57,7 @@ bench: setup  ## codec, state task, decode stage's routing, job start, pipeline 
 	@echo "== pipeline vs raw, 2,000 messages per batch (the template's cap) =="
 	@$(PY) benchmarks/bench_pipeline.py $(BENCH_ARGS)
 	@echo "== pipeline vs raw, 20,000 messages per batch (the product's default cap) =="
-	@$(PY) benchmarks/bench_pipeline.py --transactions 400000 --max-offsets 20000 $(BENCH_ARGS)
+	@$(PY) benchmarks/bench_pipeline.py --transactions 1200000 --max-offsets 20000 $(BENCH_ARGS)
 	@echo "== pipeline vs raw, 20,000 messages per batch, transactions of one record (the second shape) =="
 	@$(PY) benchmarks/bench_pipeline.py --transactions 1200000 --max-offsets 20000 --max-records 1 $(BENCH_ARGS)
 	@echo "== one busy key (every transaction on one state task), 5,000 messages per batch: 4 full batches, so a steady figure =="
