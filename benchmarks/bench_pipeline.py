@@ -176,6 +176,11 @@ def earlier_load(run: str) -> dict[str, Any]:
     return dict(json.loads((folder / "results.json").read_text())["load"])
 
 
+def reused_topics(run: str) -> str:
+    """The topics' prefix that holds an earlier run's load: its own, or the one it reused."""
+    return str(earlier_load(run).get("topics", f"bench.{run}"))
+
+
 def topic_messages(settings: Settings) -> dict[str, int]:
     """Messages now in each source topic (sum over partitions of the high watermarks)."""
     from confluent_kafka import Consumer, TopicPartition
@@ -577,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.phase:
         return phase_main(args)
     run_id = time.strftime("%Y%m%d-%H%M%S")
-    topics = f"bench.{args.reuse_load or run_id}"  # an earlier run's topics hold its load
+    topics = reused_topics(args.reuse_load) if args.reuse_load else f"bench.{run_id}"
     settings, conf = run_settings(
         BENCH_DIR / "runs" / run_id, topics, stream=overrides(args),
         subscriptions=args.subscriptions,
@@ -589,8 +594,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         load = (earlier_load(args.reuse_load) if args.reuse_load
                 else load_topic(settings, args.transactions, args.seed, args.max_records))
+        load["topics"] = topics  # a run that reuses this one reads the same topics
         (conf.parent / "load.json").write_text(json.dumps(load))
         expect = sum(topic_messages(settings).values())
+        if not expect:
+            raise SystemExit(f"bench: the topics {topics}.* hold no messages"
+                             + (f" (was run {args.reuse_load}'s load made on this broker?)"
+                                if args.reuse_load else ""))
         results = {}
         for phase in phases:
             results[phase] = spawn_phase(phase, conf, expect, args.timeout)

@@ -50,3 +50,18 @@ def test_a_finished_runs_lakes_and_checkpoints_go_and_its_figures_stay(tmp_path:
         "conf.yaml", "load.json", "metrics.jsonl", "results.json"]
     assert "0 MB" in said and "--keep-lake" in said  # 3,000 bytes, rounded
     assert clear_run(tmp_path).startswith("run data removed (0 MB")  # twice: nothing left
+
+
+def test_a_run_that_reused_a_load_is_reused_through_to_the_topics_it_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from benchmarks import bench_pipeline
+
+    monkeypatch.setattr(bench_pipeline, "BENCH_DIR", tmp_path)
+    for run, load in (("first", {"messages": 5}),                 # a load.json before "topics"
+                      ("second", {"messages": 5, "topics": "bench.first"})):
+        (tmp_path / "runs" / run).mkdir(parents=True)
+        (tmp_path / "runs" / run / "load.json").write_text(json.dumps(load))
+    assert bench_pipeline.reused_topics("first") == "bench.first"
+    assert bench_pipeline.reused_topics("second") == "bench.first"
