@@ -54,6 +54,24 @@ def commit_user_metadata(commit_json: str) -> object:
     return None
 
 
+def commit_text(spark: SparkSession, table_path: str, version: int) -> str | None:
+    """The commit file of ``version`` of a table (JSON lines), or None if there is none."""
+    jvm: Any = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(f"{table_path.rstrip('/')}/_delta_log",
+                                          f"{version:020d}.json")
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return read_text(jvm, fs, path) if fs.exists(path) else None
+
+
+def read_text(jvm: Any, fs: Any, path: Any) -> str:
+    """A small file's text through the Hadoop file system (the lake's own store)."""
+    stream = fs.open(path)
+    try:
+        return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+    finally:
+        stream.close()
+
+
 class CommitLedger:
     """Answers "has this table already landed batch N of this query?" from its Delta log.
 
@@ -117,8 +135,4 @@ class CommitLedger:
         return self._text(fs, path) if fs.exists(path) else None
 
     def _text(self, fs: Any, path: Any) -> str:
-        stream = fs.open(path)
-        try:
-            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-        finally:
-            stream.close()
+        return read_text(self._jvm, fs, path)

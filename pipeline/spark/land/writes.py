@@ -14,13 +14,14 @@ Three ways a batch's write is made idempotent:
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Settings
-from pipeline.spark.land.ledger import CommitLedger
+from pipeline.spark.land.ledger import CommitLedger, commit_text
 from pipeline.spark.land.tables import SCHEMAS, table_path
 
 if TYPE_CHECKING:
@@ -85,20 +86,34 @@ def delta_txn(spark: SparkSession, app_id: str, version: int) -> Iterator[None]:
 def merge_once(spark: SparkSession, merge: Any, path: str, app_id: str, batch_id: int) -> int:
     """A delta-spark MERGE builder executed once for the batch (``delta_txn``); the unchanged
     target rows it copied: ``numTargetRowsCopied`` of the commit it made, 0 when Delta skipped
-    it as landed (no new version: a table has one writer). Why read it back: copy-on-write
-    grows with the table, not the batch, and is what an operator watches
-    (``urbpipe_typed_rows_copied``); ``execute()`` returns only the rows it changed."""
-    from delta.tables import DeltaTable
-
-    def newest() -> Any:
-        return (DeltaTable.forPath(spark, path).history(1)
-                .selectExpr("version", "operationMetrics['numTargetRowsCopied'] AS copied")
-                .first())
-
-    before = newest()
+    it as landed. Why read it back: copy-on-write grows with the table, not the batch, and is
+    what an operator watches (``urbpipe_typed_rows_copied``); ``execute()`` returns only the
+    rows it changed. The versions come from the table's ``DeltaLog``, which the JVM keeps per
+    table and a commit updates, so no listing of the log; the new commit's own file says
+    whether it is this batch's and what it copied (:func:`copied_by`)."""
+    jvm: Any = spark.sparkContext._jvm
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    before = delta_log.unsafeVolatileSnapshot().version()
     with delta_txn(spark, app_id, batch_id):
         merge.execute()
-    after = newest()
-    if after is None or (before is not None and after["version"] == before["version"]):
+    after = delta_log.unsafeVolatileSnapshot().version()
+    if after == before:  # no new commit: Delta skipped the MERGE, the batch had landed
         return 0
-    return int(after["copied"] or 0)
+    return copied_by(commit_text(spark, path, after) or "", app_id, batch_id)
+
+
+def copied_by(commit: str, app_id: str, batch_id: int) -> int:
+    """``numTargetRowsCopied`` of a commit file's MERGE if the commit is ``app_id``'s
+    ``batch_id`` (its ``txn`` action), else 0. Only those two actions are parsed: a MERGE's
+    commit also holds an ``add`` and a ``remove`` per file it rewrote."""
+    txn: dict[str, Any] = {}
+    info: dict[str, Any] = {}
+    for line in commit.splitlines():
+        head = line[:16]
+        if '"txn"' in head:
+            txn = json.loads(line)["txn"]
+        elif '"commitInfo"' in head:
+            info = json.loads(line)["commitInfo"]
+    if txn.get("appId") != app_id or int(txn.get("version", -1)) != batch_id:
+        return 0
+    return int((info.get("operationMetrics") or {}).get("numTargetRowsCopied") or 0)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from pipeline.spark.land.ledger import CommitLedger, commit_user_metadata, tag, tagged_batch
-from pipeline.spark.land.writes import write_once
+from pipeline.spark.land.writes import copied_by, write_once
 
 
 def _frame(spark, n: int, batch_id: int):
@@ -24,6 +24,19 @@ def test_tag_round_trip() -> None:
     assert tagged_batch("urbpipe:app-1:x", "app-1") is None
     assert tagged_batch(None, "app-1") is None
     assert commit_user_metadata('{"add":{}}\n{"commitInfo":{"userMetadata":"u"}}') == "u"
+
+
+def test_a_merges_copied_rows_are_read_from_its_own_commit_only() -> None:
+    commit = "\n".join(json.dumps(a) for a in (
+        {"commitInfo": {"operation": "MERGE",
+                        "operationMetrics": {"numTargetRowsCopied": "990"}}},
+        {"txn": {"appId": "app-1-current", "version": 7, "lastUpdated": 1}},
+        {"add": {"path": "part-0.parquet", "stats": '{"txn": 1}'}}))
+    assert copied_by(commit, "app-1-current", 7) == 990
+    assert copied_by(commit, "app-1-current", 8) == 0    # an earlier batch's commit
+    assert copied_by(commit, "app-2-current", 7) == 0    # another writer's
+    assert copied_by(commit.split("\n", 1)[1], "app-1-current", 7) == 0  # no metrics
+    assert copied_by("", "app-1-current", 7) == 0
 
 
 def test_replayed_batches_land_once(spark, tmp_path: Path) -> None:
