@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import time
+from collections.abc import Callable
 from contextlib import redirect_stdout
 from datetime import UTC, datetime
 from pathlib import Path
@@ -106,14 +107,28 @@ def test_an_unrecoverable_gap_pages_until_an_operator_acknowledges_it(
     webhook.wait_for(lambda got: ("pager", "resolved", page[2]) in got)
 
 
+def _settled(url: str, mine: Callable[[dict[str, Any]], bool], states: dict[str, str],
+             timeout_s: float = 30.0) -> dict[str, dict[str, Any]]:
+    """Alertmanager's alerts that are ``mine`` by name, once each has the state ``states``
+    gives it or ``timeout_s`` passed: it inhibits asynchronously, after the post returned."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = {a["labels"]["alertname"]: a for a in alertmanager_alerts(url) if mine(a)}
+        if all(found.get(n, {}).get("status", {}).get("state") == st
+               for n, st in states.items()) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
 def test_gap_alerts_wait_while_the_job_is_down(am_url: str, webhook: Webhook) -> None:
     out = AlertmanagerOut(settings_for(am_url))
     down = {"labels": {"alertname": "UrbpipeJobDown", "severity": "critical", "job": "urbpipe"},
             "annotations": {}, "startsAt": datetime.now(UTC).isoformat()}
     assert out.post([down]) == 0
     out.send(job_alerts(gap_events("1:9", 9, GapUnrecoverable)))
-    found = {a["labels"]["alertname"]: a for a in alertmanager_alerts(am_url)
-             if a["labels"].get("gap") == "1:9" or a["labels"]["alertname"] == "UrbpipeJobDown"}
+    found = _settled(am_url, lambda a: a["labels"].get("gap") == "1:9"
+                     or a["labels"]["alertname"] == "UrbpipeJobDown",
+                     {"UrbpipeJobDown": "active", "gap_unrecoverable": "suppressed"})
     assert found["UrbpipeJobDown"]["status"]["state"] == "active"
     assert found["gap_unrecoverable"]["status"]["state"] == "suppressed"
     assert found["gap_unrecoverable"]["status"]["inhibitedBy"]
