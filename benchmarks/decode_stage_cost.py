@@ -40,7 +40,7 @@ from benchmarks.bench_pipeline import BENCH_DIR  # noqa: E402
 from pipeline.config import Settings, load_settings  # noqa: E402
 
 HEAD_BYTES = 128
-Variant = Callable[[Any, int], int]
+Variant = Callable[[int], int]
 
 
 def source(spark: Any, settings: Settings, start: int, count: int) -> Any:
@@ -79,16 +79,16 @@ def variants(spark: Any, settings: Settings, count: int) -> dict[str, Variant]:
 
     decode = arrow_decoder(record_decoder(settings))
 
-    def python(_: Any, start: int) -> int:
+    def python(start: int) -> int:
         routed = source(spark, settings, start, count).mapInArrow(decode, spark_ddl())
         return shuffled(routed, "lane", "destination", "subscription")
 
-    def jvm(_: Any, start: int) -> int:
+    def jvm(start: int) -> int:
         keyed = source(spark, settings, start, count).withColumn(
             "subscription", F.substring("value", 200, 8))
         return shuffled(keyed, "subscription")
 
-    def two_scans(_: Any, start: int) -> int:
+    def two_scans(start: int) -> int:
         records = source(spark, settings, start, count)
         data = records.select(F.substring("value", 200, 8).alias("subscription"), "value")
         heads = (records.select("offset", F.substring("value", 1, HEAD_BYTES).alias("head"))
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         for rnd in range(args.rounds):
             for name, run in jobs.items():
                 started = time.perf_counter()
-                rows = run(spark, args.batch * (rnd % 3))
+                rows = run(args.batch * (rnd % 3))
                 ms = (time.perf_counter() - started) * 1000
                 timings.setdefault(name, []).append(ms)
                 print(f"round {rnd} {name:>9}: {ms:7.0f} ms ({rows} rows shuffled)", flush=True)

@@ -46,20 +46,40 @@ def tagged_batch(user_metadata: object, app_id: str) -> int | None:
     return int(rest) if rest.isdigit() else None
 
 
+def commit_actions(commit_json: str, *kinds: str) -> dict[str, dict[str, Any]]:
+    """The first action of each of ``kinds`` (``commitInfo``, ``txn`` …) in one Delta commit
+    file (JSON lines, one action per line, its kind first), parsed. Only those lines are
+    parsed: a MERGE's commit also holds an ``add`` and a ``remove`` per file it rewrote."""
+    out: dict[str, dict[str, Any]] = {}
+    for line in commit_json.splitlines():
+        head = line[:16]
+        for kind in kinds:
+            if kind not in out and f'"{kind}"' in head:
+                out[kind] = json.loads(line)[kind]
+    return out
+
+
 def commit_user_metadata(commit_json: str) -> object:
     """``commitInfo.userMetadata`` of one Delta commit file (JSON lines), or None."""
-    for line in commit_json.splitlines():
-        if '"commitInfo"' in line:
-            return json.loads(line)["commitInfo"].get("userMetadata")
-    return None
+    return commit_actions(commit_json, "commitInfo").get("commitInfo", {}).get("userMetadata")
 
 
 def commit_text(spark: SparkSession, table_path: str, version: int) -> str | None:
     """The commit file of ``version`` of a table (JSON lines), or None if there is none."""
     jvm: Any = spark.sparkContext._jvm
-    path = jvm.org.apache.hadoop.fs.Path(f"{table_path.rstrip('/')}/_delta_log",
-                                          f"{version:020d}.json")
-    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    log = jvm.org.apache.hadoop.fs.Path(f"{table_path.rstrip('/')}/_delta_log")
+    return read_commit(jvm, log.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()),
+                       log, version)
+
+
+def commit_path(jvm: Any, log: Any, version: int) -> Any:
+    """The Hadoop path of commit ``version`` in the ``_delta_log`` folder ``log``."""
+    return jvm.org.apache.hadoop.fs.Path(log, f"{version:020d}.json")
+
+
+def read_commit(jvm: Any, fs: Any, log: Any, version: int) -> str | None:
+    """Commit ``version``'s text from the ``_delta_log`` folder ``log``, or None if absent."""
+    path = commit_path(jvm, log, version)
     return read_text(jvm, fs, path) if fs.exists(path) else None
 
 
@@ -128,11 +148,10 @@ class CommitLedger:
         return int(json.loads(self._text(fs, path)).get("version", -1))
 
     def _commit_path(self, log: Any, version: int) -> Any:
-        return self._jvm.org.apache.hadoop.fs.Path(log, f"{version:020d}.json")
+        return commit_path(self._jvm, log, version)
 
     def _read(self, fs: Any, log: Any, version: int) -> str | None:
-        path = self._commit_path(log, version)
-        return self._text(fs, path) if fs.exists(path) else None
+        return read_commit(self._jvm, fs, log, version)
 
     def _text(self, fs: Any, path: Any) -> str:
         return read_text(self._jvm, fs, path)

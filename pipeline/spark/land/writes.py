@@ -14,14 +14,13 @@ Three ways a batch's write is made idempotent:
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Settings
-from pipeline.spark.land.ledger import CommitLedger, commit_text
+from pipeline.spark.land.ledger import CommitLedger, commit_actions, commit_text
 from pipeline.spark.land.tables import SCHEMAS, table_path
 
 if TYPE_CHECKING:
@@ -104,16 +103,9 @@ def merge_once(spark: SparkSession, merge: Any, path: str, app_id: str, batch_id
 
 def copied_by(commit: str, app_id: str, batch_id: int) -> int:
     """``numTargetRowsCopied`` of a commit file's MERGE if the commit is ``app_id``'s
-    ``batch_id`` (its ``txn`` action), else 0. Only those two actions are parsed: a MERGE's
-    commit also holds an ``add`` and a ``remove`` per file it rewrote."""
-    txn: dict[str, Any] = {}
-    info: dict[str, Any] = {}
-    for line in commit.splitlines():
-        head = line[:16]
-        if '"txn"' in head:
-            txn = json.loads(line)["txn"]
-        elif '"commitInfo"' in head:
-            info = json.loads(line)["commitInfo"]
+    ``batch_id`` (its ``txn`` action), else 0."""
+    actions = commit_actions(commit, "txn", "commitInfo")
+    txn, info = actions.get("txn", {}), actions.get("commitInfo", {})
     if txn.get("appId") != app_id or int(txn.get("version", -1)) != batch_id:
         return 0
     return int((info.get("operationMetrics") or {}).get("numTargetRowsCopied") or 0)
